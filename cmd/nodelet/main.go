@@ -1,0 +1,135 @@
+// Command nodelet is a Kubernetes node agent: it registers Nodes, keeps them
+// alive and runs the pods bound to them through a provider.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/app"
+	"github.com/nodelet/nodelet/pkg/config"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// options are the command-line settings that are not part of the config.
+type options struct {
+	kubeconfig string
+	configFile string
+}
+
+func run(args []string) error {
+	// Flags override the config file, which overrides defaults. The file is
+	// named by a flag, so parse once to find it, load it, then parse again
+	// on top of it.
+	var o options
+	if err := newFlagSet(&o, config.Default()).Parse(args); err != nil {
+		return err
+	}
+	cfg := &config.Config{}
+	if o.configFile != "" {
+		loaded, err := config.LoadFile(o.configFile)
+		if err != nil {
+			return err
+		}
+		cfg = loaded
+	}
+	config.SetDefaults(cfg)
+	if err := newFlagSet(&o, cfg).Parse(args); err != nil {
+		return err
+	}
+	source := "flags"
+	if o.configFile != "" {
+		source = "config file " + o.configFile + " and flags"
+	}
+	if err := config.ValidationError(source, cfg.Validate()); err != nil {
+		return err
+	}
+
+	rc, err := app.RESTConfig(o.kubeconfig, cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithValues("node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting nodelet", "version", app.Version, "provider", cfg.Provider)
+	err = app.Run(ctx, rc, cfg)
+	logger.Info("nodelet stopped")
+	klog.Flush()
+	return err
+}
+
+func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "path to a kubeconfig; empty means in-cluster")
+	fs.StringVar(&o.configFile, "config", o.configFile, "path to a "+config.Kind+" YAML file; flags override it")
+	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of the Node to register")
+	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "provider that runs the pods: sim")
+	fs.StringToStringVar(&cfg.NodeLabels, "node-labels", cfg.NodeLabels, "labels to add to the Node, key=value,...")
+	fs.Var(&taintsValue{&cfg.RegisterWithTaints}, "register-with-taints", "taints to register the Node with, key=value:Effect,...")
+	fs.Int32Var(&cfg.NodeLeaseDurationSeconds, "node-lease-duration-seconds", cfg.NodeLeaseDurationSeconds, "duration of the node Lease; renewed every quarter of it")
+	fs.DurationVar(&cfg.NodeStatusReportFrequency.Duration, "node-status-report-frequency", cfg.NodeStatusReportFrequency.Duration, "how often an unchanged node status is reported")
+	fs.DurationVar(&cfg.PingInterval.Duration, "ping-interval", cfg.PingInterval.Duration, "how often the provider is pinged")
+	fs.StringVar(&cfg.Address, "address", cfg.Address, "the node's InternalIP")
+	fs.Int32Var(&cfg.Port, "port", cfg.Port, "kubelet API port published in the node's daemonEndpoints")
+	fs.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "queries per second to the API server")
+	fs.Int32Var(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "burst of queries to the API server")
+	fs.DurationVar(&cfg.Sim.StartDelay.Duration, "sim-start-delay", cfg.Sim.StartDelay.Duration, "sim provider: how long a pod stays Pending")
+	fs.DurationVar(&cfg.Sim.DeleteDelay.Duration, "sim-delete-delay", cfg.Sim.DeleteDelay.Duration, "sim provider: how long a deleted pod takes to terminate")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	return fs
+}
+
+// taintsValue parses key=value:Effect,... into taints.
+type taintsValue struct{ taints *[]corev1.Taint }
+
+func (v *taintsValue) String() string {
+	if v.taints == nil {
+		return ""
+	}
+	var parts []string
+	for _, t := range *v.taints {
+		parts = append(parts, t.ToString())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (v *taintsValue) Set(s string) error {
+	var taints []corev1.Taint
+	for _, spec := range strings.Split(s, ",") {
+		if spec == "" {
+			continue
+		}
+		keyValue, effect, ok := strings.Cut(spec, ":")
+		if !ok {
+			return fmt.Errorf("taint %q: want key=value:Effect", spec)
+		}
+		key, value, _ := strings.Cut(keyValue, "=")
+		taints = append(taints, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)})
+	}
+	*v.taints = taints
+	return nil
+}
+
+func (v *taintsValue) Type() string { return "taints" }

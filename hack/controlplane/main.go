@@ -1,0 +1,61 @@
+// Command controlplane is a multicall binary holding a whole local Kubernetes
+// control plane: embedded etcd, the upstream kube-apiserver, kube-scheduler,
+// kube-controller-manager and kubectl, plus "up", which runs all four servers
+// as child processes in one directory for development and end-to-end tests.
+//
+// It is a separate Go module so that nodelet itself never depends on
+// k8s.io/kubernetes.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+var commands = map[string]func() *cobra.Command{
+	"apiserver":          apiserver.NewAPIServerCommand,
+	"scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"controller-manager": controllermanager.NewControllerManagerCommand,
+	"kubectl":            kubectlcmd.NewDefaultKubectlCommand,
+	"etcd":               newEtcdCommand,
+	"up":                 newUpCommand,
+}
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	args := os.Args[1:]
+	if _, ok := commands[name]; !ok {
+		if len(args) == 0 {
+			usage()
+			os.Exit(2)
+		}
+		name, args = args[0], args[1:]
+	}
+	newCmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "controlplane: unknown command %q\n", name)
+		usage()
+		os.Exit(2)
+	}
+	// Upstream commands read os.Args themselves (kubectl's plugin lookup does),
+	// so present them exactly what their own binary would have seen.
+	os.Args = append([]string{name}, args...)
+	cmd := newCmd()
+	cmd.SetArgs(args)
+	if name == "kubectl" {
+		os.Exit(cli.RunNoErrOutput(cmd))
+	}
+	os.Exit(cli.Run(cmd))
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: controlplane up|etcd|apiserver|scheduler|controller-manager|kubectl [flags]")
+}

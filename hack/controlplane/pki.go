@@ -1,0 +1,196 @@
+package main
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is the set of keys and certificates a local control plane needs. All
+// of it is generated once per directory and reused by later runs.
+type pki struct {
+	dir string
+	ca  *x509.Certificate
+	key crypto.Signer
+}
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// ensurePKI loads the CA in dir, creating it and every leaf certificate that is
+// missing.
+func ensurePKI(dir string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir}
+	if err := p.ensureCA(); err != nil {
+		return nil, fmt.Errorf("certificate authority: %w", err)
+	}
+	leaves := []struct {
+		name    string
+		cn      string
+		orgs    []string
+		server  bool
+		dnsSANs []string
+		ipSANs  []net.IP
+	}{
+		{name: "apiserver", cn: "kube-apiserver", server: true,
+			dnsSANs: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+			ipSANs:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}},
+		{name: "admin", cn: "kubernetes-admin", orgs: []string{"system:masters"}},
+		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
+	}
+	for _, l := range leaves {
+		if fileExists(p.path(l.name+".crt")) && fileExists(p.path(l.name+".key")) {
+			continue
+		}
+		if err := p.issue(l.name, l.cn, l.orgs, l.server, l.dnsSANs, l.ipSANs); err != nil {
+			return nil, fmt.Errorf("certificate %s: %w", l.name, err)
+		}
+	}
+	if !fileExists(p.path("sa.key")) {
+		if err := writeServiceAccountKey(p.path("sa.key"), p.path("sa.pub")); err != nil {
+			return nil, fmt.Errorf("service-account key: %w", err)
+		}
+	}
+	return p, nil
+}
+
+func (p *pki) ensureCA() error {
+	if fileExists(p.path("ca.crt")) && fileExists(p.path("ca.key")) {
+		cert, err := readCert(p.path("ca.crt"))
+		if err != nil {
+			return err
+		}
+		key, err := readKey(p.path("ca.key"))
+		if err != nil {
+			return err
+		}
+		p.ca, p.key = cert, key
+		return nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "controlplane-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return err
+	}
+	if err := writeKeyPair(p.path("ca"), der, key); err != nil {
+		return err
+	}
+	p.ca, p.key = cert, key
+	return nil
+}
+
+func (p *pki) issue(name, cn string, orgs []string, server bool, dnsSANs []string, ipSANs []net.IP) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	usage := x509.ExtKeyUsageClientAuth
+	if server {
+		usage = x509.ExtKeyUsageServerAuth
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		DNSNames:     dnsSANs,
+		IPAddresses:  ipSANs,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, key.Public(), p.key)
+	if err != nil {
+		return err
+	}
+	return writeKeyPair(p.path(name), der, key)
+}
+
+func writeServiceAccountKey(keyPath, pubPath string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
+}
+
+func writeKeyPair(base string, certDER []byte, key *ecdsa.PrivateKey) error {
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(base+".crt", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: certDER}), 0o644)
+}
+
+func readCert(path string) (*x509.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("%s: no PEM data", path)
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+func readKey(path string) (crypto.Signer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		return nil, fmt.Errorf("%s: no PEM data", path)
+	}
+	return x509.ParseECPrivateKey(block.Bytes)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}

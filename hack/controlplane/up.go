@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// ports are chosen once per directory so that a second "up" on the same
+// directory serves at the same address and the kubeconfig stays valid.
+type ports struct {
+	Etcd      int `json:"etcd"`
+	EtcdPeer  int `json:"etcdPeer"`
+	APIServer int `json:"apiserver"`
+}
+
+type upOptions struct {
+	dir                    string
+	nodeMonitorGracePeriod time.Duration
+	readyTimeout           time.Duration
+	apiserverPort          int
+	extraAPIServerArgs     []string
+	extraControllerMgrArgs []string
+}
+
+func newUpCommand() *cobra.Command {
+	o := upOptions{}
+	cmd := &cobra.Command{
+		Use:          "up",
+		Short:        "Run etcd, apiserver, scheduler and controller-manager in one directory until interrupted",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return o.run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dir, "dir", ".local/controlplane", "directory for data, certificates, logs and admin.kubeconfig")
+	f.DurationVar(&o.nodeMonitorGracePeriod, "node-monitor-grace-period", 20*time.Second, "how long a node may go without a heartbeat before it is marked NotReady")
+	f.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long to wait for the apiserver to become ready")
+	f.IntVar(&o.apiserverPort, "apiserver-port", 0, "apiserver port on 127.0.0.1 (0 picks a free one the first time)")
+	f.StringArrayVar(&o.extraAPIServerArgs, "apiserver-arg", nil, "extra flag for the apiserver (repeatable)")
+	f.StringArrayVar(&o.extraControllerMgrArgs, "controller-manager-arg", nil, "extra flag for the controller-manager (repeatable)")
+	return cmd
+}
+
+func (o *upOptions) run(ctx context.Context) error {
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	p, err := o.loadPorts(dir)
+	if err != nil {
+		return err
+	}
+	certs, err := ensurePKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		return err
+	}
+	server := fmt.Sprintf("https://127.0.0.1:%d", p.APIServer)
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, server, certs); err != nil {
+		return fmt.Errorf("write %s: %w", kubeconfig, err)
+	}
+	schedConfig := filepath.Join(dir, "scheduler.yaml")
+	if err := writeSchedulerConfig(schedConfig, kubeconfig); err != nil {
+		return fmt.Errorf("write %s: %w", schedConfig, err)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	g := &group{self: self, logDir: filepath.Join(dir, "logs"), exited: make(chan childExit, 4)}
+	defer g.stopAll()
+
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", p.Etcd)
+	if err := g.start("etcd",
+		"--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-url="+etcdURL,
+		fmt.Sprintf("--listen-peer-url=http://127.0.0.1:%d", p.EtcdPeer),
+	); err != nil {
+		return err
+	}
+	if err := g.waitFor(ctx, "etcd", o.readyTimeout, func() bool { return dialable(p.Etcd) }); err != nil {
+		return err
+	}
+
+	apiArgs := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(p.APIServer),
+		"--tls-cert-file=" + certs.path("apiserver.crt"),
+		"--tls-private-key-file=" + certs.path("apiserver.key"),
+		"--client-ca-file=" + certs.path("ca.crt"),
+		"--kubelet-client-certificate=" + certs.path("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + certs.path("apiserver-kubelet-client.key"),
+		"--service-account-key-file=" + certs.path("sa.pub"),
+		"--service-account-signing-key-file=" + certs.path("sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		// Loopback cannot be published as the kubernetes Service endpoint.
+		"--endpoint-reconciler-type=none",
+		// A local control plane serves one user; let large simulated
+		// clusters through without queueing.
+		"--enable-priority-and-fairness=false",
+		"--max-requests-inflight=3000",
+		"--max-mutating-requests-inflight=1500",
+		"--profiling=false",
+	}
+	if err := g.start("apiserver", append(apiArgs, o.extraAPIServerArgs...)...); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.Timeout = 5 * time.Second
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	if err := g.waitFor(ctx, "apiserver", o.readyTimeout, func() bool {
+		resp, err := hc.Get(server + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}); err != nil {
+		return err
+	}
+
+	if err := g.start("scheduler",
+		"--config="+schedConfig,
+		"--secure-port=0",
+	); err != nil {
+		return err
+	}
+	cmArgs := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--service-account-private-key-file=" + certs.path("sa.key"),
+		"--root-ca-file=" + certs.path("ca.crt"),
+		"--cluster-signing-cert-file=" + certs.path("ca.crt"),
+		"--cluster-signing-key-file=" + certs.path("ca.key"),
+		"--use-service-account-credentials=false",
+		"--node-monitor-grace-period=" + o.nodeMonitorGracePeriod.String(),
+		"--node-monitor-period=2s",
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+		"--concurrent-deployment-syncs=10",
+		"--concurrent-replicaset-syncs=10",
+		"--concurrent-gc-syncs=50",
+	}
+	if err := g.start("controller-manager", append(cmArgs, o.extraControllerMgrArgs...)...); err != nil {
+		return err
+	}
+
+	fmt.Printf("control plane ready at %s\n", server)
+	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
+	fmt.Printf("  logs in %s\n", g.logDir)
+	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(server+"\n"), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(dir, "ready"))
+
+	select {
+	case <-ctx.Done():
+		fmt.Println("stopping control plane")
+		return nil
+	case e := <-g.exited:
+		return fmt.Errorf("%s exited: %v (see %s)", e.name, e.err, filepath.Join(g.logDir, e.name+".log"))
+	}
+}
+
+func (o *upOptions) loadPorts(dir string) (ports, error) {
+	path := filepath.Join(dir, "ports.json")
+	var p ports
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(data, &p); err != nil {
+			return p, fmt.Errorf("%s: %w", path, err)
+		}
+		return p, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return p, err
+	}
+	free := func() (int, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	for _, dst := range []*int{&p.Etcd, &p.EtcdPeer, &p.APIServer} {
+		if *dst, err = free(); err != nil {
+			return p, err
+		}
+	}
+	if o.apiserverPort != 0 {
+		p.APIServer = o.apiserverPort
+	}
+	data, _ = json.Marshal(p)
+	return p, os.WriteFile(path, data, 0o644)
+}
+
+func writeKubeconfig(path, server string, certs *pki) error {
+	read := func(name string) ([]byte, error) { return os.ReadFile(certs.path(name)) }
+	ca, err := read("ca.crt")
+	if err != nil {
+		return err
+	}
+	crt, err := read("admin.crt")
+	if err != nil {
+		return err
+	}
+	key, err := read("admin.key")
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: crt, ClientKeyData: key}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
+	cfg.CurrentContext = "local"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func writeSchedulerConfig(path, kubeconfig string) error {
+	const tmpl = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: 1000
+  burst: 2000
+leaderElection:
+  leaderElect: false
+`
+	return os.WriteFile(path, []byte(fmt.Sprintf(tmpl, kubeconfig)), 0o644)
+}
+
+func dialable(port int) bool {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+type childExit struct {
+	name string
+	err  error
+}
+
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// group runs the control plane's servers as children of this process and
+// stops them in reverse order.
+type group struct {
+	self     string
+	logDir   string
+	children []child
+	exited   chan childExit
+}
+
+func (g *group) start(name string, args ...string) error {
+	log, err := os.OpenFile(filepath.Join(g.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(g.self, append([]string{name}, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Children die with us even if we are killed without a chance to stop them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	c := child{name: name, cmd: cmd, done: make(chan struct{})}
+	g.children = append(g.children, c)
+	go func() {
+		err := cmd.Wait()
+		log.Close()
+		close(c.done)
+		select {
+		case g.exited <- childExit{name: name, err: err}:
+		default:
+		}
+	}()
+	return nil
+}
+
+// waitFor polls ready until it holds, a child exits, ctx ends or timeout passes.
+func (g *group) waitFor(ctx context.Context, name string, timeout time.Duration, ready func() bool) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for !ready() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-g.exited:
+			return fmt.Errorf("%s exited while waiting for %s: %v (see %s)", e.name, name, e.err, filepath.Join(g.logDir, e.name+".log"))
+		case <-deadline.C:
+			return fmt.Errorf("%s not ready after %s (see %s)", name, timeout, filepath.Join(g.logDir, name+".log"))
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// stopAll sends SIGTERM to each child, newest first, and kills any that has
+// not exited 15 seconds later.
+func (g *group) stopAll() {
+	for i := len(g.children) - 1; i >= 0; i-- {
+		c := g.children[i]
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(15 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	}
+}

@@ -1,0 +1,261 @@
+// Package config owns nodelet's configuration: its type, defaults,
+// validation and loading from a file. It never talks to the API server.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// APIVersion and Kind identify a nodelet config file.
+	APIVersion = "nodelet.io/v1alpha1"
+	Kind       = "NodeletConfiguration"
+
+	ProviderSim = "sim"
+)
+
+// Config is everything the agent is told. Field names follow the kubelet's
+// where the meaning is the same.
+type Config struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+
+	// NodeName is the name of the Node this agent registers.
+	NodeName string `json:"nodeName,omitempty"`
+	// Provider runs the pods: "sim".
+	Provider string `json:"provider,omitempty"`
+	// NodeLabels are added to the Node at registration and kept there.
+	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
+	// RegisterWithTaints are the taints the Node is registered with.
+	RegisterWithTaints []corev1.Taint `json:"registerWithTaints,omitempty"`
+
+	// NodeLeaseDurationSeconds is the Lease's duration; it is renewed every
+	// quarter of it.
+	NodeLeaseDurationSeconds int32 `json:"nodeLeaseDurationSeconds,omitempty"`
+	// NodeStatusReportFrequency is how often an unchanged status is
+	// reported while leases keep the node alive.
+	NodeStatusReportFrequency metav1.Duration `json:"nodeStatusReportFrequency,omitempty"`
+	// PingInterval is how often the provider is pinged; it is also the
+	// status heartbeat when the Lease API is missing.
+	PingInterval metav1.Duration `json:"pingInterval,omitempty"`
+	// PodStatusPollInterval is how often pods of providers that cannot push
+	// status are polled.
+	PodStatusPollInterval metav1.Duration `json:"podStatusPollInterval,omitempty"`
+
+	// KubeAPIQPS and KubeAPIBurst limit the agent's API client.
+	KubeAPIQPS   float32 `json:"kubeAPIQPS,omitempty"`
+	KubeAPIBurst int32   `json:"kubeAPIBurst,omitempty"`
+	// PodWorkers is how many pods are synced at once.
+	PodWorkers int32 `json:"podWorkers,omitempty"`
+
+	// Address is the node's InternalIP; Port is the kubelet API port
+	// published in the node's daemonEndpoints.
+	Address string `json:"address,omitempty"`
+	Port    int32  `json:"port,omitempty"`
+
+	// Sim configures the sim provider.
+	Sim SimConfig `json:"sim,omitempty"`
+}
+
+// SimConfig configures simulated pods and nodes.
+type SimConfig struct {
+	// PodCIDR is the range pod IPs are taken from.
+	PodCIDR string `json:"podCIDR,omitempty"`
+	// StartDelay is how long a pod stays Pending before it runs.
+	StartDelay metav1.Duration `json:"startDelay,omitempty"`
+	// DeleteDelay is how long a deleted pod takes to terminate.
+	DeleteDelay metav1.Duration `json:"deleteDelay,omitempty"`
+	// Capacity is the node's capacity (cpu, memory, pods, ephemeral-storage).
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+}
+
+// Default returns the configuration with every default filled in.
+func Default() *Config {
+	c := &Config{}
+	SetDefaults(c)
+	return c
+}
+
+// SetDefaults fills in every unset field. It is the one place defaults live.
+func SetDefaults(c *Config) {
+	if c.APIVersion == "" {
+		c.APIVersion = APIVersion
+	}
+	if c.Kind == "" {
+		c.Kind = Kind
+	}
+	if c.Provider == "" {
+		c.Provider = ProviderSim
+	}
+	if c.NodeLeaseDurationSeconds == 0 {
+		c.NodeLeaseDurationSeconds = 40
+	}
+	setDuration(&c.NodeStatusReportFrequency, 5*time.Minute)
+	setDuration(&c.PingInterval, 10*time.Second)
+	setDuration(&c.PodStatusPollInterval, 5*time.Second)
+	if c.KubeAPIQPS == 0 {
+		c.KubeAPIQPS = 500
+	}
+	if c.KubeAPIBurst == 0 {
+		c.KubeAPIBurst = 1000
+	}
+	if c.PodWorkers == 0 {
+		c.PodWorkers = 16
+	}
+	if c.Address == "" {
+		c.Address = "127.0.0.1"
+	}
+	if c.Port == 0 {
+		c.Port = 10250
+	}
+	if c.Sim.PodCIDR == "" {
+		c.Sim.PodCIDR = "10.244.0.0/16"
+	}
+	defaults := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("32"),
+		corev1.ResourceMemory:           resource.MustParse("256Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
+	}
+	if c.Sim.Capacity == nil {
+		c.Sim.Capacity = corev1.ResourceList{}
+	}
+	for name, q := range defaults {
+		if _, ok := c.Sim.Capacity[name]; !ok {
+			c.Sim.Capacity[name] = q
+		}
+	}
+}
+
+func setDuration(d *metav1.Duration, def time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = def
+	}
+}
+
+// Validate returns every error in c, each with its field path.
+func (c *Config) Validate() field.ErrorList {
+	var errs field.ErrorList
+	if c.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), c.APIVersion, []string{APIVersion}))
+	}
+	if c.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), c.Kind, []string{Kind}))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, field.Required(field.NewPath("nodeName"), "set --node-name or nodeName in the config file"))
+	} else {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(c.NodeName) {
+			errs = append(errs, field.Invalid(field.NewPath("nodeName"), c.NodeName, msg))
+		}
+	}
+	if c.Provider != ProviderSim {
+		errs = append(errs, field.NotSupported(field.NewPath("provider"), c.Provider, []string{ProviderSim}))
+	}
+	for k, v := range c.NodeLabels {
+		p := field.NewPath("nodeLabels").Key(k)
+		for _, msg := range utilvalidation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(p, k, msg))
+		}
+		for _, msg := range utilvalidation.IsValidLabelValue(v) {
+			errs = append(errs, field.Invalid(p, v, msg))
+		}
+	}
+	for i, t := range c.RegisterWithTaints {
+		p := field.NewPath("registerWithTaints").Index(i)
+		for _, msg := range utilvalidation.IsQualifiedName(t.Key) {
+			errs = append(errs, field.Invalid(p.Child("key"), t.Key, msg))
+		}
+		switch t.Effect {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("effect"), t.Effect, []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}))
+		}
+	}
+	if c.NodeLeaseDurationSeconds <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("nodeLeaseDurationSeconds"), c.NodeLeaseDurationSeconds, "must be greater than 0"))
+	}
+	for _, d := range []struct {
+		name string
+		v    metav1.Duration
+	}{
+		{"nodeStatusReportFrequency", c.NodeStatusReportFrequency},
+		{"pingInterval", c.PingInterval},
+		{"podStatusPollInterval", c.PodStatusPollInterval},
+	} {
+		if d.v.Duration <= 0 {
+			errs = append(errs, field.Invalid(field.NewPath(d.name), d.v.Duration.String(), "must be greater than 0"))
+		}
+	}
+	if c.KubeAPIQPS < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("kubeAPIQPS"), c.KubeAPIQPS, "must not be negative"))
+	}
+	if c.KubeAPIBurst < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("kubeAPIBurst"), c.KubeAPIBurst, "must not be negative"))
+	}
+	if c.PodWorkers <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("podWorkers"), c.PodWorkers, "must be greater than 0"))
+	}
+	if c.Port <= 0 || c.Port > 65535 {
+		errs = append(errs, field.Invalid(field.NewPath("port"), c.Port, "must be between 1 and 65535"))
+	}
+	for _, msg := range utilvalidation.IsValidIP(field.NewPath("address"), c.Address) {
+		errs = append(errs, msg)
+	}
+	errs = append(errs, c.Sim.validate(field.NewPath("sim"))...)
+	return errs
+}
+
+func (s *SimConfig) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range utilvalidation.IsValidCIDR(p.Child("podCIDR"), s.PodCIDR) {
+		errs = append(errs, msg)
+	}
+	if s.StartDelay.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("startDelay"), s.StartDelay.Duration.String(), "must not be negative"))
+	}
+	if s.DeleteDelay.Duration < 0 {
+		errs = append(errs, field.Invalid(p.Child("deleteDelay"), s.DeleteDelay.Duration.String(), "must not be negative"))
+	}
+	for name, q := range s.Capacity {
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(p.Child("capacity").Key(string(name)), q.String(), "must not be negative"))
+		}
+	}
+	return errs
+}
+
+// LoadFile reads a config file strictly: an unknown field is an error that
+// names it and the file. The result is not defaulted.
+func LoadFile(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	c := &Config{}
+	if err := yaml.UnmarshalStrict(data, c); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ErrInvalid marks a configuration that failed validation.
+var ErrInvalid = errors.New("invalid configuration")
+
+// ValidationError wraps field errors as one error.
+func ValidationError(source string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w (%s): %v", ErrInvalid, source, errs.ToAggregate())
+}

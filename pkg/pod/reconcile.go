@@ -1,0 +1,134 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+var metav1GetOptions = metav1.GetOptions{}
+
+// danglingDecision says what to do with a pod the provider runs, given what
+// the API holds under its name (nil when the API has no such pod).
+type danglingDecision int
+
+const (
+	keepPod      danglingDecision = iota // the API knows it: sync it
+	deleteInProv                         // the API does not know it: stop it
+)
+
+func decideProviderPod(provPod, apiPod *corev1.Pod) danglingDecision {
+	if apiPod == nil {
+		return deleteInProv
+	}
+	if provPod.UID != "" && apiPod.UID != provPod.UID {
+		// Same name, another pod: the one the provider runs was deleted.
+		return deleteInProv
+	}
+	if apiPod.Spec.NodeName != provPod.Spec.NodeName {
+		return deleteInProv
+	}
+	return keepPod
+}
+
+// lostAction says what to do with a pod the API binds to our node but the
+// provider does not run.
+type lostAction int
+
+const (
+	nothing    lostAction = iota // finished pods stay finished
+	createPod                    // never started, or its policy restarts it
+	restorePod                   // started, and the provider can take it over
+	failPod                      // started, lost, and restartPolicy Never
+	finishDel                    // being deleted: nothing runs, finish the deletion
+)
+
+func decideLostPod(pod *corev1.Pod, canRestore bool) lostAction {
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return finishDel
+	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
+		return nothing
+	case !started(pod):
+		return createPod
+	case canRestore:
+		return restorePod
+	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+		return failPod
+	default:
+		return createPod
+	}
+}
+
+// started tells whether a provider ever reported the pod as started.
+func started(pod *corev1.Pod) bool {
+	if pod.Status.StartTime != nil {
+		return true
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Waiting == nil || cs.RestartCount > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileStartup runs once the cache has synced: pods the providers run
+// that the API does not know are stopped; every API pod on our nodes is
+// queued, so the sync creates, restores or fails what the providers lost.
+func (c *Controller) reconcileStartup(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	dangling := 0
+	for node, p := range c.providers {
+		pods, err := listProviderPods(ctx, node, p)
+		if err != nil {
+			return fmt.Errorf("list pods of node %s: %w", node, err)
+		}
+		for _, provPod := range pods {
+			key := provPod.Namespace + "/" + provPod.Name
+			c.known.Store(key, node)
+			apiPod, err := c.apiPod(ctx, provPod.Namespace, provPod.Name)
+			switch {
+			case apierrors.IsNotFound(err):
+				apiPod = nil
+			case err != nil:
+				// Unsure: keep it and let the sync retry.
+				c.queue.Add(key)
+				continue
+			}
+			if decideProviderPod(provPod, apiPod) == deleteInProv {
+				dangling++
+				logger.Info("Stopping dangling pod the API does not know", "pod", klog.KObj(provPod), "node", node)
+				if err := p.DeletePod(ctx, immediate(provPod)); err != nil {
+					logger.Error(err, "Stopping dangling pod failed", "pod", klog.KObj(provPod))
+				}
+			}
+			c.queue.Add(key)
+		}
+		objs, err := c.informer.GetIndexer().ByIndex(NodeNameIndex, node)
+		if err != nil {
+			return fmt.Errorf("index pods of node %s: %w", node, err)
+		}
+		for _, obj := range objs {
+			c.enqueue(obj)
+		}
+	}
+	logger.Info("Start-up reconcile done", "dangling", dangling)
+	return nil
+}
+
+// immediate returns a copy of pod to be stopped without a grace period.
+func immediate(pod *corev1.Pod) *corev1.Pod {
+	p := pod.DeepCopy()
+	var zero int64
+	p.DeletionGracePeriodSeconds = &zero
+	if p.DeletionTimestamp == nil {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+	}
+	return p
+}

@@ -1,0 +1,189 @@
+package pod
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/klog/v2"
+)
+
+// ownedConditions are the pod conditions the node agent is responsible for.
+// Conditions of other types (readiness gates, DisruptionTarget, …) belong to
+// other writers and are kept as the API has them.
+var ownedConditions = map[corev1.PodConditionType]bool{
+	corev1.PodReadyToStartContainers: true,
+	corev1.PodInitialized:            true,
+	corev1.ContainersReady:           true,
+	corev1.PodReady:                  true,
+}
+
+// updateStatus patches the pod's status to what the provider reports, merged
+// with what others own, when it differs from what the API has.
+func (c *Controller) updateStatus(ctx context.Context, pod *corev1.Pod, reported *corev1.PodStatus) error {
+	want, err := asStored(mergeStatus(pod, reported))
+	if err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(&pod.Status, want) {
+		return nil
+	}
+	patch, err := statusPatch(pod, want)
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// Deleted, or replaced by another pod of the same name: the
+		// informer brings the next state.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patch pod status: %w", err)
+	}
+	klog.FromContext(ctx).V(3).Info("Patched pod status", "phase", want.Phase)
+	return nil
+}
+
+// mergeStatus returns the status to write: the provider's, with the
+// conditions and fields it does not own taken from the API, condition times
+// kept where nothing changed, and Ready kept consistent with the containers.
+func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus {
+	want := reported.DeepCopy()
+	cur := &pod.Status
+	if want.QOSClass == "" {
+		want.QOSClass = cur.QOSClass
+	}
+	if want.NominatedNodeName == "" {
+		want.NominatedNodeName = cur.NominatedNodeName
+	}
+
+	byType := map[corev1.PodConditionType]corev1.PodCondition{}
+	for _, cond := range cur.Conditions {
+		byType[cond.Type] = cond
+	}
+	var conds []corev1.PodCondition
+	seen := map[corev1.PodConditionType]bool{}
+	for _, cond := range want.Conditions {
+		if seen[cond.Type] {
+			continue
+		}
+		seen[cond.Type] = true
+		if !ownedConditions[cond.Type] && cond.Type != corev1.PodScheduled {
+			continue // not the provider's to report
+		}
+		conds = append(conds, cond)
+	}
+	// Keep others' conditions, and PodScheduled if the provider left it out.
+	for _, cond := range cur.Conditions {
+		if !seen[cond.Type] && !ownedConditions[cond.Type] {
+			conds = append(conds, cond)
+			seen[cond.Type] = true
+		}
+	}
+	conds = consistentReady(pod, want, conds)
+	for i := range conds {
+		old, ok := byType[conds[i].Type]
+		if ok && old.Status == conds[i].Status {
+			conds[i].LastTransitionTime = old.LastTransitionTime
+			if conds[i].Reason == old.Reason && conds[i].Message == old.Message {
+				conds[i].LastProbeTime = old.LastProbeTime
+			}
+		}
+		if conds[i].LastTransitionTime.IsZero() {
+			conds[i].LastTransitionTime = metav1.Now()
+		}
+	}
+	want.Conditions = conds
+	return want
+}
+
+// consistentReady makes ContainersReady and Ready agree with the container
+// statuses and the pod's readiness gates: Ready is never True while a
+// container is not ready or a gate is not satisfied.
+func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.PodCondition) []corev1.PodCondition {
+	if len(status.ContainerStatuses) == 0 {
+		return conds
+	}
+	containersReady := status.Phase == corev1.PodRunning
+	for _, cs := range status.ContainerStatuses {
+		containersReady = containersReady && cs.Ready
+	}
+	ready := containersReady
+	gates := map[corev1.PodConditionType]bool{}
+	for _, cond := range conds {
+		gates[cond.Type] = cond.Status == corev1.ConditionTrue
+	}
+	for _, g := range pod.Spec.ReadinessGates {
+		ready = ready && gates[g.ConditionType]
+	}
+	set := func(t corev1.PodConditionType, ok bool) {
+		s := corev1.ConditionFalse
+		if ok {
+			s = corev1.ConditionTrue
+		}
+		for i := range conds {
+			if conds[i].Type == t {
+				if conds[i].Status != s {
+					conds[i].Status = s
+					conds[i].Reason = "ContainersNotReady"
+					if ok {
+						conds[i].Reason = ""
+					}
+				}
+				return
+			}
+		}
+		cond := corev1.PodCondition{Type: t, Status: s}
+		if !ok {
+			cond.Reason = "ContainersNotReady"
+		}
+		conds = append(conds, cond)
+	}
+	set(corev1.ContainersReady, containersReady)
+	set(corev1.PodReady, ready)
+	return conds
+}
+
+// asStored returns status as the API stores it (times to the second), so
+// that comparing it with the API's copy finds only real changes.
+func asStored(status *corev1.PodStatus) (*corev1.PodStatus, error) {
+	data, err := json.Marshal(status)
+	if err != nil {
+		return nil, fmt.Errorf("marshal pod status: %w", err)
+	}
+	out := &corev1.PodStatus{}
+	if err := json.Unmarshal(data, out); err != nil {
+		return nil, fmt.Errorf("unmarshal pod status: %w", err)
+	}
+	return out, nil
+}
+
+// statusPatch builds a strategic merge patch from the pod's status to want,
+// guarded by the pod's UID so that it never lands on a replacement.
+func statusPatch(pod *corev1.Pod, want *corev1.PodStatus) ([]byte, error) {
+	oldJSON, err := json.Marshal(corev1.Pod{Status: pod.Status})
+	if err != nil {
+		return nil, fmt.Errorf("marshal pod status: %w", err)
+	}
+	newJSON, err := json.Marshal(corev1.Pod{Status: *want})
+	if err != nil {
+		return nil, fmt.Errorf("marshal pod status: %w", err)
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod status patch: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(patch, &m); err != nil {
+		return nil, fmt.Errorf("decode pod status patch: %w", err)
+	}
+	m["metadata"] = map[string]any{"uid": pod.UID}
+	return json.Marshal(m)
+}

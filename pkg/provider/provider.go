@@ -1,0 +1,137 @@
+// Package provider defines what nodelet asks of a runtime: the small
+// interfaces a provider implements to run the pods bound to one node and to
+// describe that node. Optional capabilities (status notification, restoring
+// pods after an agent restart, logs, exec, stats) are separate interfaces
+// found by type assertion.
+//
+// This package owns no behaviour and must never import the controllers.
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ErrNotFound is returned (wrapped or not) by a provider that does not know
+// the pod asked for.
+var ErrNotFound = errors.New("pod not found in provider")
+
+// PodLifecycleHandler runs the pods bound to one node. Calls for different
+// pods may come concurrently; calls for one pod never do. The pods passed in
+// are the caller's copies: a provider may keep them.
+type PodLifecycleHandler interface {
+	// CreatePod starts the pod. It returns once the pod is accepted; the pod
+	// then progresses on its own and reports through its status.
+	CreatePod(ctx context.Context, pod *corev1.Pod) error
+	// UpdatePod applies the mutable fields of a pod that is already running.
+	UpdatePod(ctx context.Context, pod *corev1.Pod) error
+	// DeletePod begins stopping the pod, honouring its grace period
+	// (pod.DeletionGracePeriodSeconds, else spec.terminationGracePeriodSeconds).
+	// It returns without waiting: when the pod has terminated, GetPod reports
+	// ErrNotFound and, for a PodNotifier, the final pod is notified.
+	DeletePod(ctx context.Context, pod *corev1.Pod) error
+	// GetPod returns the pod with its current status, or ErrNotFound.
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// GetPods returns every pod the provider runs (including those still
+	// terminating), each with its current status.
+	GetPods(ctx context.Context) ([]*corev1.Pod, error)
+}
+
+// PodNotifier is implemented by providers that push pod status changes. The
+// callback must be called with the pod (and its status) whenever the status
+// changes, and once more when a deleted pod has terminated; it never blocks.
+// Providers without it are polled.
+type PodNotifier interface {
+	NotifyPods(ctx context.Context, notify func(*corev1.Pod))
+}
+
+// PodRestorer is implemented by providers that can take over a pod they lost
+// (for example across an agent restart) from the status last reported to the
+// API, without restarting its workload. Providers without it have lost pods
+// recreated or failed according to the pod's restart policy.
+type PodRestorer interface {
+	RestorePod(ctx context.Context, pod *corev1.Pod) error
+}
+
+// NodeProvider describes one node.
+type NodeProvider interface {
+	// Ping is a cheap health check, called every ping interval. An error
+	// turns the node's Ready condition False with the error as its message.
+	Ping(ctx context.Context) error
+	// ConfigureNode fills in node.Status: capacity, allocatable, conditions,
+	// addresses, nodeInfo and daemonEndpoints. It may add labels. It must not
+	// block; nodelet owns the Ready condition's heartbeat and transition times.
+	ConfigureNode(ctx context.Context, node *corev1.Node)
+}
+
+// NodeNotifier is implemented by node providers whose status changes on
+// their own; notify asks nodelet to report the node's status now.
+type NodeNotifier interface {
+	NotifyNodeStatus(ctx context.Context, notify func())
+}
+
+// Rejection is returned by CreatePod for a pod the provider will never run
+// (admission failure). Reason is a CamelCase word, Message says why; the pod is
+// failed with both and not retried.
+type Rejection struct {
+	Reason  string
+	Message string
+}
+
+func (r *Rejection) Error() string { return fmt.Sprintf("pod rejected: %s: %s", r.Reason, r.Message) }
+
+// Reject builds a Rejection.
+func Reject(reason, format string, args ...any) error {
+	return &Rejection{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// ContainerLogOpts are the options of a container log request.
+type ContainerLogOpts struct {
+	Tail       int
+	LimitBytes int
+	Timestamps bool
+	Follow     bool
+	Previous   bool
+	SinceSecs  int
+}
+
+// LogsProvider serves container logs.
+type LogsProvider interface {
+	GetContainerLogs(ctx context.Context, namespace, pod, container string, opts ContainerLogOpts) (io.ReadCloser, error)
+}
+
+// AttachIO is the set of streams of an exec or attach session.
+type AttachIO interface {
+	Stdin() io.Reader
+	Stdout() io.WriteCloser
+	Stderr() io.WriteCloser
+	TTY() bool
+	Resize() <-chan TermSize
+}
+
+// TermSize is a terminal size change.
+type TermSize struct {
+	Width, Height uint16
+}
+
+// ExecProvider runs commands inside containers.
+type ExecProvider interface {
+	RunInContainer(ctx context.Context, namespace, pod, container string, cmd []string, attach AttachIO) error
+}
+
+// StatsProvider reports resource usage for the node and its pods.
+type StatsProvider interface {
+	// PodStats returns usage per pod; the summary API and metrics are built on it.
+	PodStats(ctx context.Context) ([]PodUsage, error)
+}
+
+// PodUsage is a point-in-time usage sample of one pod.
+type PodUsage struct {
+	Namespace, Name, UID string
+	CPUNanoCores         uint64
+	MemoryWorkingSet     uint64
+}
