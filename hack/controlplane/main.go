@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -51,7 +52,11 @@ func main() {
 	cmd := newCmd()
 	cmd.SetArgs(args)
 	if name == "kubectl" {
-		os.Exit(cli.RunNoErrOutput(cmd))
+		if err := cli.RunNoErrOutput(cmd); err != nil {
+			// kubectl prints its own errors, with its own exit codes.
+			cmdutil.CheckErr(err)
+		}
+		os.Exit(0)
 	}
 	os.Exit(cli.Run(cmd))
 }
