@@ -71,13 +71,10 @@ func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus 
 	var conds []corev1.PodCondition
 	seen := map[corev1.PodConditionType]bool{}
 	for _, cond := range want.Conditions {
-		if seen[cond.Type] {
-			continue
+		if seen[cond.Type] || (!ownedConditions[cond.Type] && cond.Type != corev1.PodScheduled) {
+			continue // a duplicate, or not the provider's to report
 		}
 		seen[cond.Type] = true
-		if !ownedConditions[cond.Type] && cond.Type != corev1.PodScheduled {
-			continue // not the provider's to report
-		}
 		conds = append(conds, cond)
 	}
 	// Keep others' conditions, and PodScheduled if the provider left it out.

@@ -1,0 +1,193 @@
+package pod
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nodelet/nodelet/pkg/provider"
+)
+
+// fakeProvider is a minimal in-memory provider: pods run at once and
+// terminate at once, and each change is notified.
+type fakeProvider struct {
+	mu      sync.Mutex
+	pods    map[string]*corev1.Pod
+	reject  string
+	deleted []string
+	notify  func(*corev1.Pod)
+}
+
+func newFakeProvider(pods ...*corev1.Pod) *fakeProvider {
+	f := &fakeProvider{pods: map[string]*corev1.Pod{}}
+	for _, p := range pods {
+		f.pods[p.Namespace+"/"+p.Name] = p
+	}
+	return f
+}
+
+func (f *fakeProvider) CreatePod(_ context.Context, pod *corev1.Pod) error {
+	if f.reject != "" {
+		return provider.Reject(f.reject, "no room for %s", pod.Name)
+	}
+	p := pod.DeepCopy()
+	runningStatus(p)
+	f.mu.Lock()
+	f.pods[p.Namespace+"/"+p.Name] = p
+	cb := f.notify
+	f.mu.Unlock()
+	if cb != nil {
+		cb(p.DeepCopy())
+	}
+	return nil
+}
+
+func (f *fakeProvider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
+
+func (f *fakeProvider) DeletePod(_ context.Context, pod *corev1.Pod) error {
+	key := pod.Namespace + "/" + pod.Name
+	f.mu.Lock()
+	p, ok := f.pods[key]
+	delete(f.pods, key)
+	f.deleted = append(f.deleted, key)
+	cb := f.notify
+	f.mu.Unlock()
+	if ok && cb != nil {
+		cb(p)
+	}
+	return nil
+}
+
+func (f *fakeProvider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pods[ns+"/"+name]
+	if !ok {
+		return nil, fmt.Errorf("%s/%s: %w", ns, name, provider.ErrNotFound)
+	}
+	return p.DeepCopy(), nil
+}
+
+func (f *fakeProvider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*corev1.Pod
+	for _, p := range f.pods {
+		out = append(out, p.DeepCopy())
+	}
+	return out, nil
+}
+
+func (f *fakeProvider) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
+	f.mu.Lock()
+	f.notify = cb
+	f.mu.Unlock()
+}
+
+func (f *fakeProvider) deletedKeys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.deleted...)
+}
+
+// startController runs a controller for node "n" over a fake clientset.
+func startController(t *testing.T, p *fakeProvider, objs ...*corev1.Pod) *fake.Clientset {
+	t.Helper()
+	var runtimeObjs []runtime.Object
+	for _, o := range objs {
+		runtimeObjs = append(runtimeObjs, o)
+	}
+	client := fake.NewClientset(runtimeObjs...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": p}, record.NewFakeRecorder(100), Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	factory.Start(ctx.Done())
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		factory.Shutdown()
+	})
+	return client
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func getPod(client *fake.Clientset, name string) (*corev1.Pod, error) {
+	return client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+}
+
+func TestCreateReportsRunning(t *testing.T) {
+	p := newFakeProvider()
+	client := startController(t, p, testPod("a", "n"))
+	eventually(t, "pod Running in the API", func() bool {
+		pod, err := getPod(client, "p")
+		return err == nil && pod.Status.Phase == corev1.PodRunning
+	})
+}
+
+func TestRejectedPodFails(t *testing.T) {
+	p := newFakeProvider()
+	p.reject = "OutOfcpu"
+	client := startController(t, p, testPod("a", "n"))
+	eventually(t, "pod Failed with the rejection's reason", func() bool {
+		pod, err := getPod(client, "p")
+		return err == nil && pod.Status.Phase == corev1.PodFailed && pod.Status.Reason == "OutOfcpu"
+	})
+}
+
+func TestGracefulDeletionIsFinished(t *testing.T) {
+	running := testPod("a", "n", runningStatus)
+	p := newFakeProvider(running.DeepCopy())
+	deleting := running.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	client := startController(t, p, deleting)
+	eventually(t, "pod deleted from the API", func() bool {
+		_, err := getPod(client, "p")
+		return apierrors.IsNotFound(err)
+	})
+	if got := p.deletedKeys(); len(got) == 0 || got[0] != "ns/p" {
+		t.Errorf("provider deletions = %v, want ns/p stopped first", got)
+	}
+}
+
+func TestStartupStopsOnlyDanglingPods(t *testing.T) {
+	live := testPod("a", "n", runningStatus)
+	dangling := testPod("x", "n", runningStatus)
+	dangling.Name = "gone"
+	p := newFakeProvider(live.DeepCopy(), dangling)
+	client := startController(t, p, live)
+	eventually(t, "dangling pod stopped", func() bool { return len(p.deletedKeys()) > 0 })
+	if got := p.deletedKeys(); len(got) != 1 || got[0] != "ns/gone" {
+		t.Errorf("provider deletions = %v, want only ns/gone", got)
+	}
+	if _, err := getPod(client, "p"); err != nil {
+		t.Errorf("live pod: %v", err)
+	}
+}

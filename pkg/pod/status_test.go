@@ -1,0 +1,113 @@
+package pod
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func condition(pod *corev1.PodStatus, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Conditions {
+		if pod.Conditions[i].Type == t {
+			return &pod.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func TestMergeStatus(t *testing.T) {
+	past := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	api := testPod("a", "n", runningStatus)
+	api.Status.QOSClass = corev1.PodQOSBestEffort
+	api.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: past},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: past},
+		{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "Other", LastTransitionTime: past},
+	}
+
+	t.Run("others' conditions and fields survive, unchanged times are kept", func(t *testing.T) {
+		reported := api.Status.DeepCopy()
+		reported.QOSClass = ""
+		reported.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()},
+			{Type: corev1.DisruptionTarget, Status: corev1.ConditionFalse},
+		}
+		got := mergeStatus(api, reported)
+		if got.QOSClass != corev1.PodQOSBestEffort {
+			t.Errorf("QOSClass = %q, want the API's", got.QOSClass)
+		}
+		if c := condition(got, corev1.DisruptionTarget); c == nil || c.Status != corev1.ConditionTrue || c.Reason != "Other" {
+			t.Errorf("DisruptionTarget = %+v, want the API's (not the provider's)", c)
+		}
+		if c := condition(got, corev1.PodScheduled); c == nil || c.Status != corev1.ConditionTrue {
+			t.Errorf("PodScheduled = %+v, want kept", c)
+		}
+		if c := condition(got, corev1.PodReady); c == nil || !c.LastTransitionTime.Equal(&past) {
+			t.Errorf("Ready = %+v, want transition time %v kept", c, past)
+		}
+	})
+
+	t.Run("Ready follows the containers", func(t *testing.T) {
+		reported := api.Status.DeepCopy()
+		reported.ContainerStatuses[0].Ready = false
+		reported.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		got := mergeStatus(api, reported)
+		if c := condition(got, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse || c.LastTransitionTime.Equal(&past) {
+			t.Errorf("Ready = %+v, want False with a new transition time", c)
+		}
+		if c := condition(got, corev1.ContainersReady); c == nil || c.Status != corev1.ConditionFalse {
+			t.Errorf("ContainersReady = %+v, want False", c)
+		}
+	})
+
+	t.Run("Ready waits for readiness gates", func(t *testing.T) {
+		gated := api.DeepCopy()
+		gated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}
+		got := mergeStatus(gated, api.Status.DeepCopy())
+		if c := condition(got, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse {
+			t.Errorf("Ready = %+v, want False until the gate is True", c)
+		}
+		if c := condition(got, corev1.ContainersReady); c == nil || c.Status != corev1.ConditionTrue {
+			t.Errorf("ContainersReady = %+v, want True", c)
+		}
+	})
+}
+
+func TestStatusPatchIsGuardedByUID(t *testing.T) {
+	api := testPod("a", "n")
+	want := api.Status.DeepCopy()
+	want.Phase = corev1.PodFailed
+	want.Reason = "OutOfcpu"
+	patch, err := statusPatch(api, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Metadata struct{ UID string } `json:"metadata"`
+		Status   struct{ Phase, Reason string }
+	}
+	if err := json.Unmarshal(patch, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Metadata.UID != string(api.UID) || m.Status.Phase != "Failed" || m.Status.Reason != "OutOfcpu" {
+		t.Errorf("patch = %s, want uid precondition, phase and reason", patch)
+	}
+}
+
+func TestAsStoredDropsSubSecondTimes(t *testing.T) {
+	api := testPod("a", "n", runningStatus)
+	stored, err := asStored(&api.Status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := asStored(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.StartTime.Nanosecond() != 0 || !again.StartTime.Equal(stored.StartTime) {
+		t.Errorf("start time %v not truncated to the second", stored.StartTime)
+	}
+}
