@@ -83,6 +83,8 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "path to a kubeconfig; empty means in-cluster")
 	fs.StringVar(&o.configFile, "config", o.configFile, "path to a "+config.Kind+" YAML file; flags override it")
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of the Node to register")
+	fs.Int32Var(&cfg.Nodes, "nodes", cfg.Nodes, "register this many nodes named <node-name>-<i>; 0 registers one node named <node-name>")
+	fs.StringVar(&cfg.Shard, "shard", cfg.Shard, `manage only shard "i/n" of the nodes (by hash of node name)`)
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "provider that runs the pods: sim")
 	fs.StringToStringVar(&cfg.NodeLabels, "node-labels", cfg.NodeLabels, "labels to add to the Node, key=value,...")
 	fs.Var(&taintsValue{&cfg.RegisterWithTaints}, "register-with-taints", "taints to register the Node with, key=value:Effect,...")

@@ -66,13 +66,22 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 		return fmt.Errorf("create client: %w", err)
 	}
 
-	names := []string{cfg.NodeName}
-	nodes := make([]node.Node, 0, len(names))
-	podProviders := make(map[string]provider.PodLifecycleHandler, len(names))
-	for _, name := range names {
+	managed, err := managedNodes(cfg)
+	if err != nil {
+		return err
+	}
+	if len(managed) == 0 {
+		return fmt.Errorf("shard %s of %d nodes holds no node", cfg.Shard, cfg.Nodes)
+	}
+	names := make([]string, 0, len(managed))
+	nodes := make([]node.Node, 0, len(managed))
+	podProviders := make(map[string]provider.PodLifecycleHandler, len(managed))
+	for _, m := range managed {
+		name := m.name
+		names = append(names, name)
 		p, err := sim.New(sim.Options{
 			NodeName:    name,
-			PodCIDR:     cfg.Sim.PodCIDR,
+			PodCIDR:     m.podCIDR,
 			Address:     cfg.Address,
 			Port:        cfg.Port,
 			StartDelay:  cfg.Sim.StartDelay.Duration,

@@ -30,8 +30,15 @@ type Config struct {
 	APIVersion string `json:"apiVersion,omitempty"`
 	Kind       string `json:"kind,omitempty"`
 
-	// NodeName is the name of the Node this agent registers.
+	// NodeName is the name of the Node this agent registers, or with Nodes
+	// the prefix of the names <nodeName>-0 … <nodeName>-<Nodes-1>.
 	NodeName string `json:"nodeName,omitempty"`
+	// Nodes is how many nodes this agent registers; 0 means one node named
+	// exactly NodeName.
+	Nodes int32 `json:"nodes,omitempty"`
+	// Shard "i/n" makes this agent manage only the nodes whose name hashes
+	// to i of n, so that n agents together manage every node exactly once.
+	Shard string `json:"shard,omitempty"`
 	// Provider runs the pods: "sim".
 	Provider string `json:"provider,omitempty"`
 	// NodeLabels are added to the Node at registration and kept there.
@@ -69,7 +76,8 @@ type Config struct {
 
 // SimConfig configures simulated pods and nodes.
 type SimConfig struct {
-	// PodCIDR is the range pod IPs are taken from.
+	// PodCIDR is the range pod IPs are taken from. With several nodes,
+	// node i takes the i-th /24 of it.
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// StartDelay is how long a pod stays Pending before it runs.
 	StartDelay metav1.Duration `json:"startDelay,omitempty"`
@@ -119,7 +127,7 @@ func SetDefaults(c *Config) {
 		c.Port = 10250
 	}
 	if c.Sim.PodCIDR == "" {
-		c.Sim.PodCIDR = "10.244.0.0/16"
+		c.Sim.PodCIDR = "100.64.0.0/10"
 	}
 	defaults := corev1.ResourceList{
 		corev1.ResourceCPU:              resource.MustParse("32"),
@@ -157,6 +165,14 @@ func (c *Config) Validate() field.ErrorList {
 	} else {
 		for _, msg := range utilvalidation.IsDNS1123Subdomain(c.NodeName) {
 			errs = append(errs, field.Invalid(field.NewPath("nodeName"), c.NodeName, msg))
+		}
+	}
+	if c.Nodes < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("nodes"), c.Nodes, "must not be negative"))
+	}
+	if c.Shard != "" {
+		if _, _, err := ParseShard(c.Shard); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("shard"), c.Shard, err.Error()))
 		}
 	}
 	if c.Provider != ProviderSim {
@@ -233,6 +249,17 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// ParseShard parses "i/n" with 0 <= i < n.
+func ParseShard(s string) (index, count int, err error) {
+	if _, err := fmt.Sscanf(s, "%d/%d", &index, &count); err != nil || fmt.Sprintf("%d/%d", index, count) != s {
+		return 0, 0, errors.New(`must be "i/n", for example "0/2"`)
+	}
+	if count < 1 || index < 0 || index >= count {
+		return 0, 0, errors.New("must have 0 <= i < n")
+	}
+	return index, count, nil
 }
 
 // LoadFile reads a config file strictly: an unknown field is an error that
