@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
@@ -36,7 +37,7 @@ func statusPatch(want *corev1.NodeStatus, current *corev1.Node) ([]byte, error) 
 	if last, ok := current.Annotations[LastAppliedAnnotation]; ok {
 		var lastStatus corev1.NodeStatus
 		if json.Unmarshal([]byte(last), &lastStatus) == nil {
-			if original, err = json.Marshal(corev1.Node{Status: lastStatus}); err != nil {
+			if original, err = json.Marshal(map[string]any{"status": lastStatus}); err != nil {
 				return nil, fmt.Errorf("marshal last applied node status: %w", err)
 			}
 		}
@@ -56,12 +57,22 @@ func statusPatch(want *corev1.NodeStatus, current *corev1.Node) ([]byte, error) 
 	if err != nil {
 		return nil, fmt.Errorf("create node status patch: %w", err)
 	}
+	// The patch may hold only list-order directives; what matters is
+	// whether applying it changes anything.
+	result, err := strategicpatch.StrategicMergePatchUsingLookupPatchMeta(currentJSON, patch, nodePatchMeta)
+	if err != nil {
+		return nil, fmt.Errorf("apply node status patch: %w", err)
+	}
+	var after corev1.Node
+	if err := json.Unmarshal(result, &after); err != nil {
+		return nil, fmt.Errorf("decode patched node: %w", err)
+	}
+	if equality.Semantic.DeepEqual(&after, current) {
+		return nil, nil
+	}
 	var m map[string]any
 	if err := json.Unmarshal(patch, &m); err != nil {
 		return nil, fmt.Errorf("decode node status patch: %w", err)
-	}
-	if len(m) == 0 {
-		return nil, nil
 	}
 	md, _ := m["metadata"].(map[string]any)
 	if md == nil {
