@@ -23,7 +23,6 @@ func testPod(uid, node string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
-
 func runningStatus(p *corev1.Pod) {
 	now := metav1.Now()
 	p.Status.Phase = corev1.PodRunning
