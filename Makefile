@@ -44,6 +44,7 @@ run: build
 	else \
 		nohup bin/nodelet --kubeconfig $(KUBECONFIG_LOCAL) --node-name $(NODE_NAME) --provider sim > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
 	fi
+	@for i in $$(seq 1 60); do $(KUBECTL) get node $(NODE_NAME) >/dev/null 2>&1 && break; sleep 1; done
 	$(KUBECTL) wait --for=condition=Ready node/$(NODE_NAME) --timeout=60s
 	$(KUBECTL) apply -f deploy/sample-deployment.yaml
 	$(KUBECTL) rollout status deployment/sample --timeout=120s
