@@ -100,6 +100,7 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 		LeaseDuration:        secondsToDuration(cfg.NodeLeaseDurationSeconds),
 		StatusReportInterval: cfg.NodeStatusReportFrequency.Duration,
 		PingInterval:         cfg.PingInterval.Duration,
+		Workers:              min(max(len(managed)/100, 8), 64),
 	})
 	if err != nil {
 		return fmt.Errorf("node controller: %w", err)

@@ -265,6 +265,12 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+// spread picks a first delay uniformly in (0, d], so that nodes registered
+// together renew and report evenly over the interval from then on.
+func spread(d time.Duration) time.Duration {
+	return time.Duration(rand.Int64N(int64(d))) + 1
+}
+
 // jitter spreads d by up to 10% earlier, so that thousands of nodes do not
 // report in lockstep.
 func jitter(d time.Duration) time.Duration {

@@ -43,10 +43,12 @@ func (c *Controller) renewLease(ctx context.Context, name string, n *nodeState) 
 	now := metav1.NewMicroTime(c.opts.Clock.Now())
 	var renewed *coordinationv1.Lease
 	var err error
+	next := c.opts.RenewInterval
 	if lease == nil {
 		renewed, err = leases.Create(ctx, c.newLease(name, uid, now), metav1.CreateOptions{})
 		if err == nil {
 			klog.FromContext(ctx).V(2).Info("Created node lease")
+			next = spread(next)
 		}
 	} else {
 		want := lease.DeepCopy()
@@ -64,7 +66,7 @@ func (c *Controller) renewLease(ctx context.Context, name string, n *nodeState) 
 	n.mu.Lock()
 	n.lease = renewed
 	n.mu.Unlock()
-	return c.opts.RenewInterval, nil
+	return next, nil
 }
 
 func (c *Controller) newLease(name string, uid types.UID, now metav1.MicroTime) *coordinationv1.Lease {

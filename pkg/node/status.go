@@ -75,8 +75,9 @@ func (c *Controller) syncStatus(ctx context.Context, name string, n *nodeState) 
 	n.reportedAt = c.opts.Clock.Now()
 	n.mu.Unlock()
 	if first && !registered {
-		klog.FromContext(ctx).Info("Node registered")
+		klog.FromContext(ctx).V(2).Info("Node registered")
 		c.markRegistered()
+		return spread(interval), nil
 	}
 	return interval, nil
 }
