@@ -74,8 +74,15 @@ unit:
 e2e: build
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/e2e/
 
-bench: build
-	@if [ -d bench ]; then $(GO) test -timeout 60m -run XXX -bench . ./bench/...; else echo "no benchmarks yet"; fi
+# bench: nodelet against kwok on the local control plane (not part of test).
+KWOK_VERSION := v0.8.0
+BENCH_ARGS ?= --nodes 5000 --pods 10000 --steady 5m
+
+bin/kwok:
+	GOBIN=$(CURDIR)/bin $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+
+bench: build bin/kwok
+	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json
 
 clean:
 	rm -rf bin

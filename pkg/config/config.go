@@ -111,11 +111,13 @@ func SetDefaults(c *Config) {
 	setDuration(&c.NodeStatusReportFrequency, 5*time.Minute)
 	setDuration(&c.PingInterval, 10*time.Second)
 	setDuration(&c.PodStatusPollInterval, 5*time.Second)
+	// High enough not to throttle thousands of nodes on a local control
+	// plane; lower them to share a production API server.
 	if c.KubeAPIQPS == 0 {
-		c.KubeAPIQPS = 500
+		c.KubeAPIQPS = 5000
 	}
 	if c.KubeAPIBurst == 0 {
-		c.KubeAPIBurst = 1000
+		c.KubeAPIBurst = 10000
 	}
 	if c.PodWorkers == 0 {
 		c.PodWorkers = 16

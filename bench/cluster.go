@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// controlPlane is a bin/controlplane up in a temporary directory.
+type controlPlane struct {
+	dir, kubeconfig string
+	cmd             *exec.Cmd
+}
+
+func startControlPlane(ctx context.Context, bin string) (*controlPlane, error) {
+	dir, err := os.MkdirTemp("", "nodelet-bench-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(bin, "controlplane"), "up", "--dir", dir)
+	log, err := os.Create(filepath.Join(dir, "up.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	cp := &controlPlane{dir: dir, kubeconfig: filepath.Join(dir, "admin.kubeconfig"), cmd: cmd}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+			return cp, nil
+		}
+		if time.Now().After(deadline) {
+			cp.stop()
+			return nil, fmt.Errorf("control plane not ready; see %s", log.Name())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (cp *controlPlane) stop() {
+	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
+	_ = cp.cmd.Wait()
+	os.RemoveAll(cp.dir)
+}
+
+// apiserverCPU is the CPU seconds the apiserver child has used so far.
+func (cp *controlPlane) apiserverCPU() float64 {
+	out, err := exec.Command("pgrep", "-f", "controlplane apiserver --etcd-servers").Output()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, f := range strings.Fields(string(out)) {
+		pid, _ := strconv.Atoi(f)
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(cmdline), cp.dir) {
+			total += procCPU(pid)
+		}
+	}
+	return total
+}
+
+// cluster is the benchmark driver's view of the API: a fast client and
+// node and pod informers that timestamp what they see.
+type cluster struct {
+	client kubernetes.Interface
+	cancel context.CancelFunc
+
+	readyNodes atomic.Int64
+	readySeen  sync.Map // node name → struct{}
+
+	mu       sync.Mutex
+	created  map[string]time.Time // pod name → create accepted
+	running  map[string]time.Time // pod name → first seen Running and Ready
+	podCount atomic.Int64
+}
+
+const benchNamespace = "bench"
+
+func newCluster(kubeconfig string) (*cluster, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 20000, 40000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &cluster{client: client, cancel: cancel, created: map[string]time.Time{}, running: map[string]time.Time{}}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	f := informers.NewSharedInformerFactory(client, 0)
+	_, _ = f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onNode,
+		UpdateFunc: func(_, obj any) { c.onNode(obj) },
+	})
+	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onPod,
+		UpdateFunc: func(_, obj any) { c.onPod(obj) },
+		DeleteFunc: func(any) { c.podCount.Add(-1) },
+	})
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return c, nil
+}
+
+func (c *cluster) stop() { c.cancel() }
+
+func (c *cluster) onNode(obj any) {
+	n := obj.(*corev1.Node)
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+			if _, loaded := c.readySeen.LoadOrStore(n.Name, struct{}{}); !loaded {
+				c.readyNodes.Add(1)
+			}
+		}
+	}
+}
+
+func (c *cluster) onPod(obj any) {
+	p := obj.(*corev1.Pod)
+	if p.Status.Phase != corev1.PodRunning {
+		return
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+			now := time.Now()
+			c.mu.Lock()
+			if _, ok := c.running[p.Name]; !ok {
+				c.running[p.Name] = now
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *cluster) waitNodesReady(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for c.readyNodes.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d nodes Ready after %s", c.readyNodes.Load(), n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// parallel runs f(i) for i in [0, n) on workers goroutines.
+func parallel(n, workers int, f func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (c *cluster) createKwokNodes(ctx context.Context, n int) ([]string, error) {
+	names := make([]string, n)
+	err := parallel(n, 64, func(i int) error {
+		names[i] = fmt.Sprintf("kwok-%d", i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name:        names[i],
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": names[i]},
+		}}
+		_, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		return err
+	})
+	return names, err
+}
+
+// createPods creates m pods spread over nodes and waits until all run.
+func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p99, tail float64, err error) {
+	var lastMu sync.Mutex
+	var last time.Time
+	err = parallel(m, 64, func(i int) error {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: benchNamespace},
+			Spec: corev1.PodSpec{
+				NodeName:    nodes[i%len(nodes)],
+				Containers:  []corev1.Container{{Name: "app", Image: "bench:1", Command: []string{"sleep", "infinity"}}},
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			},
+		}
+		if _, err := c.client.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		now := time.Now()
+		c.mu.Lock()
+		c.created[pod.Name] = now
+		c.mu.Unlock()
+		c.podCount.Add(1)
+		lastMu.Lock()
+		if now.After(last) {
+			last = now
+		}
+		lastMu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("create pods: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		c.mu.Lock()
+		n := len(c.running)
+		c.mu.Unlock()
+		if n >= m {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, 0, fmt.Errorf("%d of %d pods Running after 10 minutes", n, m)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lat []time.Duration
+	var allRunning time.Time
+	for name, r := range c.running {
+		lat = append(lat, max(r.Sub(c.created[name]), 0))
+		if r.After(allRunning) {
+			allRunning = r
+		}
+	}
+	s := sortedSeconds(lat)
+	return percentile(s, 0.5), percentile(s, 0.99), max(allRunning.Sub(last), 0).Seconds(), nil
+}
+
+// deletePods deletes the m pods gracefully and waits until all are gone.
+func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
+	var lastMu sync.Mutex
+	var last time.Time
+	err := parallel(m, 64, func(i int) error {
+		err := c.client.CoreV1().Pods(benchNamespace).Delete(ctx, fmt.Sprintf("pod-%d", i), metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		now := time.Now()
+		lastMu.Lock()
+		if now.After(last) {
+			last = now
+		}
+		lastMu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("delete pods: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for c.podCount.Load() > 0 {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%d pods left 10 minutes after deletion", c.podCount.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(last).Seconds(), nil
+}
+
+// steady counts mutating API requests and lease lapses over d.
+func (c *cluster) steady(ctx context.Context, d time.Duration) (writes int, lapses int, err error) {
+	before, err := c.mutatingRequests(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	lapsed := map[string]bool{}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		leases, err := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return 0, 0, err
+		}
+		now := time.Now()
+		for _, l := range leases.Items {
+			if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+				continue
+			}
+			if now.Sub(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second && !lapsed[l.Name] {
+				lapsed[l.Name] = true
+				lapses++
+			}
+		}
+		time.Sleep(5 * time.Second)
+	}
+	after, err := c.mutatingRequests(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return after - before, lapses, nil
+}
+
+// mutatingRequests sums the apiserver's counters of writes to nodes,
+// leases, pods and events.
+func (c *cluster) mutatingRequests(ctx context.Context) (int, error) {
+	raw, err := c.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("apiserver metrics: %w", err)
+	}
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		verb := labelValue(line, "verb")
+		res := labelValue(line, "resource")
+		if (verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE") &&
+			(res == "nodes" || res == "leases" || res == "pods" || res == "events") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += int(v)
+		}
+	}
+	return total, sc.Err()
+}
+
+func labelValue(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	return rest[:strings.IndexByte(rest, '"')]
+}

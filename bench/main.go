@@ -1,0 +1,306 @@
+// Command bench measures nodelet's sim provider against kwok on the local
+// control plane: N nodes Ready, M pods to Running and back, the agent's CPU
+// and memory, and a steady state's API writes and lease lapses. Each agent
+// gets a fresh control plane; the figures are printed as a table with the
+// ratios nodelet/kwok and written as JSON. Run it with `make bench`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+type options struct {
+	nodes, pods int
+	steady      time.Duration
+	agents      []string
+	out         string
+	bin         string
+}
+
+// result is what one agent scored.
+type result struct {
+	Agent               string  `json:"agent"`
+	Nodes               int     `json:"nodes"`
+	Pods                int     `json:"pods"`
+	NodesReadySeconds   float64 `json:"nodesReadySeconds"`
+	PodRunningP50       float64 `json:"podCreateToRunningP50Seconds"`
+	PodRunningP99       float64 `json:"podCreateToRunningP99Seconds"`
+	LastCreateToRunning float64 `json:"lastCreateToAllRunningSeconds"`
+	LastDeleteToGone    float64 `json:"lastDeleteToAllGoneSeconds"`
+	AgentCPUSeconds     float64 `json:"agentCPUSeconds"`
+	AgentPeakRSSMiB     float64 `json:"agentPeakRSSMiB"`
+	WritesPerNodeMinute float64 `json:"steadyAPIWritesPerNodePerMinute"`
+	LeaseLapses         int     `json:"steadyLeaseLapses"`
+	SteadySeconds       float64 `json:"steadySeconds"`
+	APIServerCPUSeconds float64 `json:"apiserverCPUSeconds"`
+	APIServerCPUShare   float64 `json:"apiserverSteadyCPUShareOfOneCore"`
+}
+
+func main() {
+	var o options
+	var agents string
+	flag.IntVar(&o.nodes, "nodes", 5000, "nodes per agent")
+	flag.IntVar(&o.pods, "pods", 10000, "pods created and deleted")
+	flag.DurationVar(&o.steady, "steady", 5*time.Minute, "steady-state measurement")
+	flag.StringVar(&agents, "agents", "nodelet,kwok", "agents to measure, in order")
+	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
+	flag.Parse()
+	o.agents = strings.Split(agents, ",")
+
+	ctx := context.Background()
+	var results []result
+	for _, agent := range o.agents {
+		r, err := measure(ctx, o, agent)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench %s: %v\n", agent, err)
+			os.Exit(1)
+		}
+		results = append(results, r)
+	}
+	printTable(os.Stdout, results)
+	data, _ := json.MarshalIndent(map[string]any{
+		"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": results,
+	}, "", "  ")
+	if err := os.WriteFile(o.out, append(data, '\n'), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("\nwritten to %s\n", o.out)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// measure runs one agent on a fresh control plane.
+func measure(ctx context.Context, o options, agent string) (result, error) {
+	r := result{Agent: agent, Nodes: o.nodes, Pods: o.pods}
+	cp, err := startControlPlane(ctx, o.bin)
+	if err != nil {
+		return r, err
+	}
+	defer cp.stop()
+	cl, err := newCluster(cp.kubeconfig)
+	if err != nil {
+		return r, err
+	}
+	defer cl.stop()
+
+	var args []string
+	var nodeNames []string
+	switch agent {
+	case "nodelet":
+		args = []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench", "--nodes", fmt.Sprint(o.nodes)}
+		for i := range o.nodes {
+			nodeNames = append(nodeNames, fmt.Sprintf("bench-%d", i))
+		}
+	case "kwok":
+		logf("kwok: pre-creating %d nodes", o.nodes)
+		if nodeNames, err = cl.createKwokNodes(ctx, o.nodes); err != nil {
+			return r, err
+		}
+		args = []string{filepath.Join(o.bin, "kwok"), "--kubeconfig", cp.kubeconfig,
+			"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+			"--node-lease-duration-seconds=40", "--cidr=100.64.0.0/10", "--node-ip=127.0.0.1"}
+	default:
+		return r, fmt.Errorf("unknown agent %q", agent)
+	}
+
+	logf("%s: starting", agent)
+	start := time.Now()
+	proc, err := startAgent(cp.dir, agent, args)
+	if err != nil {
+		return r, err
+	}
+	defer proc.stop()
+	if err := cl.waitNodesReady(ctx, o.nodes, 10*time.Minute); err != nil {
+		return r, fmt.Errorf("%s: %w (log %s)", agent, err, proc.logPath)
+	}
+	r.NodesReadySeconds = time.Since(start).Seconds()
+	logf("%s: %d nodes Ready in %.1fs", agent, o.nodes, r.NodesReadySeconds)
+
+	p50, p99, tail, err := cl.createPods(ctx, nodeNames, o.pods)
+	if err != nil {
+		return r, err
+	}
+	r.PodRunningP50, r.PodRunningP99, r.LastCreateToRunning = p50, p99, tail
+	logf("%s: %d pods Running: p50 %.3fs p99 %.3fs, last create to all Running %.3fs", agent, o.pods, p50, p99, tail)
+
+	if r.LastDeleteToGone, err = cl.deletePods(ctx, o.pods); err != nil {
+		return r, err
+	}
+	logf("%s: all pods gone %.3fs after the last delete", agent, r.LastDeleteToGone)
+
+	logf("%s: steady state for %s", agent, o.steady)
+	apiCPU0 := cp.apiserverCPU()
+	writes, lapses, err := cl.steady(ctx, o.steady)
+	if err != nil {
+		return r, err
+	}
+	r.SteadySeconds = o.steady.Seconds()
+	r.WritesPerNodeMinute = float64(writes) / float64(o.nodes) / o.steady.Minutes()
+	r.LeaseLapses = lapses
+	r.APIServerCPUShare = (cp.apiserverCPU() - apiCPU0) / o.steady.Seconds()
+	r.AgentCPUSeconds, r.AgentPeakRSSMiB = proc.usage()
+	r.APIServerCPUSeconds = cp.apiserverCPU()
+	logf("%s: %.2f writes/node/min, %d lease lapses; agent %.1f CPU s, peak RSS %.0f MiB", agent, r.WritesPerNodeMinute, lapses, r.AgentCPUSeconds, r.AgentPeakRSSMiB)
+	return r, nil
+}
+
+// process is a running agent.
+type process struct {
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+}
+
+func startAgent(dir, name string, args []string) (*process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	return p, nil
+}
+
+// usage reads the agent's CPU seconds and peak RSS from /proc.
+func (p *process) usage() (cpuSeconds, peakMiB float64) {
+	return procCPU(p.cmd.Process.Pid), procPeakRSS(p.cmd.Process.Pid)
+}
+
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func procCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	var utime, stime float64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+func procPeakRSS(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kb float64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "VmHWM:"), "kB")), &kb)
+			return kb / 1024
+		}
+	}
+	return math.NaN()
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)]
+}
+
+func printTable(w *os.File, results []result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := "metric\t"
+	for _, r := range results {
+		header += r.Agent + "\t"
+	}
+	if len(results) == 2 {
+		header += results[0].Agent + "/" + results[1].Agent + "\t"
+	}
+	fmt.Fprintln(tw, header)
+	rows := []struct {
+		name string
+		get  func(result) float64
+		f    string
+	}{
+		{"nodes Ready (s)", func(r result) float64 { return r.NodesReadySeconds }, "%.2f"},
+		{"pod create→Running p50 (s)", func(r result) float64 { return r.PodRunningP50 }, "%.3f"},
+		{"pod create→Running p99 (s)", func(r result) float64 { return r.PodRunningP99 }, "%.3f"},
+		{"last create→all Running (s)", func(r result) float64 { return r.LastCreateToRunning }, "%.3f"},
+		{"last delete→all gone (s)", func(r result) float64 { return r.LastDeleteToGone }, "%.3f"},
+		{"agent CPU (s)", func(r result) float64 { return r.AgentCPUSeconds }, "%.1f"},
+		{"agent peak RSS (MiB)", func(r result) float64 { return r.AgentPeakRSSMiB }, "%.0f"},
+		{"steady API writes/node/min", func(r result) float64 { return r.WritesPerNodeMinute }, "%.2f"},
+		{"steady lease lapses", func(r result) float64 { return float64(r.LeaseLapses) }, "%.0f"},
+		{"apiserver steady CPU (cores)", func(r result) float64 { return r.APIServerCPUShare }, "%.2f"},
+	}
+	for _, row := range rows {
+		line := row.name + "\t"
+		for _, r := range results {
+			line += fmt.Sprintf(row.f, row.get(r)) + "\t"
+		}
+		if len(results) == 2 {
+			a, b := row.get(results[0]), row.get(results[1])
+			if b != 0 {
+				line += fmt.Sprintf("%.2f", a/b)
+			} else {
+				line += "-"
+			}
+			line += "\t"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+}
+
+func machine() string {
+	cpus := 0
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		cpus = strings.Count(string(data), "processor\t:")
+	}
+	model := ""
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				model = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores, %s", cpus, model)
+}
+
+func sortedSeconds(d []time.Duration) []float64 {
+	out := make([]float64, len(d))
+	for i, v := range d {
+		out[i] = v.Seconds()
+	}
+	sort.Float64s(out)
+	return out
+}
