@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/types"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -71,11 +72,35 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[string]
 	opts      Options
 
-	// known maps a pod key to the node whose provider was last asked to run
-	// it, so that a pod gone from the API can still be found and stopped.
+	// known maps a pod key to its *podRecord, so that a pod gone from the
+	// API can still be found and stopped.
 	known sync.Map
 
 	synced chan struct{}
+}
+
+// podRecord is what the controller remembers of a pod: the node whose
+// provider was last asked to run it, and a hash of the status last written,
+// so that a cache that has not caught up with that write does not make the
+// same write again. Only the worker syncing the pod touches it.
+type podRecord struct {
+	node    string
+	uid     types.UID
+	written uint64
+}
+
+// record returns the pod's record, starting a new one when the pod moved or
+// was replaced.
+func (c *Controller) record(key, node string, uid types.UID) *podRecord {
+	if v, ok := c.known.Load(key); ok {
+		if r := v.(*podRecord); r.node == node && (r.uid == uid || r.uid == "") {
+			r.uid = uid
+			return r
+		}
+	}
+	r := &podRecord{node: node, uid: uid}
+	c.known.Store(key, r)
+	return r
 }
 
 // NewController returns a controller for the pods bound to the nodes in

@@ -90,7 +90,7 @@ func (c *Controller) reconcileStartup(ctx context.Context) error {
 		}
 		for _, provPod := range pods {
 			key := provPod.Namespace + "/" + provPod.Name
-			c.known.Store(key, node)
+			c.record(key, node, provPod.UID)
 			apiPod, err := c.apiPod(ctx, provPod.Namespace, provPod.Name)
 			switch {
 			case apierrors.IsNotFound(err):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,12 +27,19 @@ var ownedConditions = map[corev1.PodConditionType]bool{
 
 // updateStatus patches the pod's status to what the provider reports, merged
 // with what others own, when it differs from what the API has.
-func (c *Controller) updateStatus(ctx context.Context, pod *corev1.Pod, reported *corev1.PodStatus) error {
-	want, err := asStored(mergeStatus(pod, reported))
+func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *corev1.Pod, reported *corev1.PodStatus) error {
+	want, data, err := asStored(mergeStatus(pod, reported))
 	if err != nil {
 		return err
 	}
 	if equality.Semantic.DeepEqual(&pod.Status, want) {
+		return nil
+	}
+	h := fnv.New64a()
+	h.Write(data)
+	sum := h.Sum64()
+	if rec.written == sum {
+		// Written already; the cache has not caught up yet.
 		return nil
 	}
 	patch, err := statusPatch(pod, want)
@@ -47,6 +55,7 @@ func (c *Controller) updateStatus(ctx context.Context, pod *corev1.Pod, reported
 	if err != nil {
 		return fmt.Errorf("patch pod status: %w", err)
 	}
+	rec.written = sum
 	klog.FromContext(ctx).V(3).Info("Patched pod status", "phase", want.Phase)
 	return nil
 }
@@ -150,16 +159,17 @@ func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.P
 
 // asStored returns status as the API stores it (times to the second), so
 // that comparing it with the API's copy finds only real changes.
-func asStored(status *corev1.PodStatus) (*corev1.PodStatus, error) {
+// It also returns the status's JSON.
+func asStored(status *corev1.PodStatus) (*corev1.PodStatus, []byte, error) {
 	data, err := json.Marshal(status)
 	if err != nil {
-		return nil, fmt.Errorf("marshal pod status: %w", err)
+		return nil, nil, fmt.Errorf("marshal pod status: %w", err)
 	}
 	out := &corev1.PodStatus{}
 	if err := json.Unmarshal(data, out); err != nil {
-		return nil, fmt.Errorf("unmarshal pod status: %w", err)
+		return nil, nil, fmt.Errorf("unmarshal pod status: %w", err)
 	}
-	return out, nil
+	return out, data, nil
 }
 
 // statusPatch builds a strategic merge patch from the pod's status to want,

@@ -1,12 +1,14 @@
 package pod
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func condition(pod *corev1.PodStatus, t corev1.PodConditionType) *corev1.PodCondition {
@@ -99,15 +101,39 @@ func TestStatusPatchIsGuardedByUID(t *testing.T) {
 
 func TestAsStoredDropsSubSecondTimes(t *testing.T) {
 	api := testPod("a", "n", runningStatus)
-	stored, err := asStored(&api.Status)
+	stored, _, err := asStored(&api.Status)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := asStored(stored)
+	again, _, err := asStored(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if stored.StartTime.Nanosecond() != 0 || !again.StartTime.Equal(stored.StartTime) {
 		t.Errorf("start time %v not truncated to the second", stored.StartTime)
+	}
+}
+
+func TestStaleCacheDoesNotRepeatAWrite(t *testing.T) {
+	stale := testPod("a", "n")
+	client := fake.NewClientset(stale.DeepCopy())
+	c := &Controller{client: client}
+	rec := &podRecord{node: "n", uid: stale.UID}
+	reported := stale.DeepCopy()
+	runningStatus(reported)
+	for range 2 {
+		// The cache still holds the pod as it was before the first write.
+		if err := c.updateStatus(context.Background(), rec, stale.DeepCopy(), &reported.Status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patches := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" {
+			patches++
+		}
+	}
+	if patches != 1 {
+		t.Errorf("%d status patches, want 1", patches)
 	}
 }

@@ -33,7 +33,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	c.known.Store(key, pod.Spec.NodeName)
+	rec := c.record(key, pod.Spec.NodeName, pod.UID)
 	// From here on, pod is ours to change: never modify the cache's copy.
 	pod = pod.DeepCopy()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
@@ -55,7 +55,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 
 	if provPod == nil {
-		return c.syncLost(ctx, p, pod)
+		return c.syncLost(ctx, rec, p, pod)
 	}
 	if pod.DeletionTimestamp != nil {
 		// Idempotent: a second delete may only shorten the grace period.
@@ -69,17 +69,17 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			return fmt.Errorf("update pod in provider: %w", err)
 		}
 	}
-	return c.updateStatus(ctx, pod, &provPod.Status)
+	return c.updateStatus(ctx, rec, pod, &provPod.Status)
 }
 
 // syncGone handles a pod the API no longer has: if the provider still runs
 // it, stop it at once.
 func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) error {
-	node, ok := c.known.Load(key)
+	v, ok := c.known.Load(key)
 	if !ok {
 		return nil
 	}
-	p := c.providers[node.(string)]
+	p := c.providers[v.(*podRecord).node]
 	provPod, err := p.GetPod(ctx, namespace, name)
 	if errors.Is(err, provider.ErrNotFound) {
 		c.known.Delete(key)
@@ -96,7 +96,7 @@ func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) 
 }
 
 // syncLost handles a pod bound to our node that the provider does not run.
-func (c *Controller) syncLost(ctx context.Context, p provider.PodLifecycleHandler, pod *corev1.Pod) error {
+func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.PodLifecycleHandler, pod *corev1.Pod) error {
 	restorer, canRestore := p.(provider.PodRestorer)
 	switch decideLostPod(pod, canRestore) {
 	case nothing:
@@ -115,7 +115,7 @@ func (c *Controller) syncLost(ctx context.Context, p provider.PodLifecycleHandle
 		status.Reason = "PodLost"
 		status.Message = "The provider lost the pod's containers and its restart policy is Never"
 		c.recorder.Event(pod, corev1.EventTypeWarning, "PodLost", status.Message)
-		return c.updateStatus(ctx, pod, status)
+		return c.updateStatus(ctx, rec, pod, status)
 	}
 	err := p.CreatePod(ctx, pod)
 	var rej *provider.Rejection
@@ -126,7 +126,7 @@ func (c *Controller) syncLost(ctx context.Context, p provider.PodLifecycleHandle
 		status.Phase = corev1.PodFailed
 		status.Reason = rej.Reason
 		status.Message = "Pod was rejected: " + rej.Message
-		return c.updateStatus(ctx, pod, status)
+		return c.updateStatus(ctx, rec, pod, status)
 	}
 	if err != nil {
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreate", "error creating pod in provider: %v", err)
@@ -138,7 +138,7 @@ func (c *Controller) syncLost(ctx context.Context, p provider.PodLifecycleHandle
 		// Status follows through the notification or the poll.
 		return nil
 	}
-	return c.updateStatus(ctx, pod, &provPod.Status)
+	return c.updateStatus(ctx, rec, pod, &provPod.Status)
 }
 
 // finishDeletion removes a pod whose containers have all stopped from the
