@@ -82,7 +82,8 @@ bin/kwok:
 	GOBIN=$(CURDIR)/bin $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
 
 bench: build bin/kwok
-	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json
+	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
+		--kwok-stages $$($(GO) env GOMODCACHE)/sigs.k8s.io/kwok@$(KWOK_VERSION)/kustomize/stage
 
 clean:
 	rm -rf bin

@@ -27,6 +27,7 @@ type options struct {
 	agents      []string
 	out         string
 	bin         string
+	kwokStages  string
 }
 
 // result is what one agent scored.
@@ -57,6 +58,7 @@ func main() {
 	flag.StringVar(&agents, "agents", "nodelet,kwok", "agents to measure, in order")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
+	flag.StringVar(&o.kwokStages, "kwok-stages", "", "kwok's kustomize/stage directory (from its module), for its default fast stages")
 	flag.Parse()
 	o.agents = strings.Split(agents, ",")
 
@@ -115,6 +117,15 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 		args = []string{filepath.Join(o.bin, "kwok"), "--kubeconfig", cp.kubeconfig,
 			"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 			"--node-lease-duration-seconds=40", "--cidr=100.64.0.0/10", "--node-ip=127.0.0.1"}
+		// kwokctl's defaults: nodes initialised at once with lease
+		// heartbeats, pods Ready at once and deleted at once.
+		stages, err := kwokStages(o.kwokStages)
+		if err != nil {
+			return r, err
+		}
+		for _, s := range stages {
+			args = append(args, "--config", s)
+		}
 	default:
 		return r, fmt.Errorf("unknown agent %q", agent)
 	}
@@ -158,6 +169,18 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	r.APIServerCPUSeconds = cp.apiserverCPU()
 	logf("%s: %.2f writes/node/min, %d lease lapses; agent %.1f CPU s, peak RSS %.0f MiB", agent, r.WritesPerNodeMinute, lapses, r.AgentCPUSeconds, r.AgentPeakRSSMiB)
 	return r, nil
+}
+
+func kwokStages(dir string) ([]string, error) {
+	var out []string
+	for _, pattern := range []string{"node/fast/node-*.yaml", "node/heartbeat-with-lease/node-*.yaml", "pod/fast/pod-*.yaml"} {
+		m, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil || len(m) == 0 {
+			return nil, fmt.Errorf("no kwok stages %s in --kwok-stages %q", pattern, dir)
+		}
+		out = append(out, m...)
+	}
+	return out, nil
 }
 
 // process is a running agent.
