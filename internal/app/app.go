@@ -115,6 +115,16 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodelet", Host: cfg.NodeName})
 
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			if len(names) == 1 {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
+			}
+		}))
+	if err := nodeCtrl.WatchNodes(nodeFactory.Core().V1().Nodes()); err != nil {
+		return err
+	}
+
 	podCtrl, err := pod.NewController(client, factory.Core().V1().Pods(), podProviders, recorder, pod.Options{
 		Workers:            int(cfg.PodWorkers),
 		StatusPollInterval: cfg.PodStatusPollInterval.Duration,
@@ -127,6 +137,8 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	defer cancel()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	nodeFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
 
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup

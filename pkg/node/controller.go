@@ -1,8 +1,15 @@
 // Package node owns the Node objects of the nodes nodelet manages and their
-// Leases in kube-node-lease: registration and adoption, lease renewal, and
-// node status reports. One Controller serves any number of nodes with one
-// work queue and a fixed pool of workers, so a node costs a few KB and no
-// goroutine of its own. It never touches pods.
+// Leases in the kube-node-lease namespace: it registers (creates or adopts)
+// each Node, renews its Lease, pings its provider and reports its status
+// with a three-way patch that leaves what other actors wrote alone.
+//
+// One Controller serves any number of nodes: every piece of work is a task
+// (lease, status or ping) of one node in a single rate-limited delaying work
+// queue, drained by a fixed pool of workers. A node therefore costs a few KB
+// of state and no goroutine of its own.
+//
+// This package never touches pods, and never removes labels, annotations,
+// taints or conditions that it did not write itself.
 package node
 
 import (
@@ -10,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -26,60 +36,82 @@ import (
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
-// Options configures a Controller; zero fields take defaults.
+// Defaults of Options.
+const (
+	defaultLeaseDuration        = 40 * time.Second
+	defaultStatusReportInterval = 5 * time.Minute
+	defaultPingInterval         = 10 * time.Second
+	defaultWorkers              = 8
+)
+
+const (
+	// pingTimeout bounds one provider ping.
+	pingTimeout = 5 * time.Second
+	// Backoff of a failed task: doubling from retryBase up to retryMax.
+	retryBase = 200 * time.Millisecond
+	retryMax  = 7 * time.Second
+)
+
+// Options configures a Controller; zero fields take defaults (validate()).
 type Options struct {
-	// LeaseDuration is the Lease's duration (default 40s).
+	// LeaseDuration is the node Lease's duration, in whole seconds (default 40s).
 	LeaseDuration time.Duration
 	// RenewInterval is how often the Lease is renewed (default LeaseDuration/4).
 	RenewInterval time.Duration
-	// StatusReportInterval is how often an unchanged status is reported
-	// while leases keep the node alive (default 5m).
+	// StatusReportInterval is how often an unchanged status is reported while
+	// Leases keep the node alive (default 5m).
 	StatusReportInterval time.Duration
-	// PingInterval is how often providers are pinged (default 10s); without
-	// the Lease API it is also the status heartbeat.
+	// PingInterval is how often each provider is pinged (default 10s). When
+	// the Lease API is missing it is also the status heartbeat interval.
 	PingInterval time.Duration
-	// Workers is how many node tasks run at once (default 8).
+	// Workers is how many tasks run at once, across all nodes (default 8).
 	Workers int
-	// Clock is the controller's time source (default the real clock).
+	// Clock is the time source (default the real clock).
 	Clock clock.WithTicker
 }
 
+// validate fills in defaults and reports every invalid field.
 func (o *Options) validate() error {
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = 40 * time.Second
-	}
-	if o.RenewInterval == 0 {
-		o.RenewInterval = o.LeaseDuration / 4
-	}
-	if o.StatusReportInterval == 0 {
-		o.StatusReportInterval = 5 * time.Minute
-	}
-	if o.PingInterval == 0 {
-		o.PingInterval = 10 * time.Second
-	}
-	if o.Workers == 0 {
-		o.Workers = 8
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
 	var errs []error
 	for name, d := range map[string]time.Duration{
-		"lease duration": o.LeaseDuration, "renew interval": o.RenewInterval,
-		"status report interval": o.StatusReportInterval, "ping interval": o.PingInterval,
+		"LeaseDuration": o.LeaseDuration, "RenewInterval": o.RenewInterval,
+		"StatusReportInterval": o.StatusReportInterval, "PingInterval": o.PingInterval,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
 		}
 	}
+	if o.Workers < 0 {
+		errs = append(errs, fmt.Errorf("Workers must not be negative, got %d", o.Workers))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = defaultLeaseDuration
+	}
+	if o.RenewInterval == 0 {
+		o.RenewInterval = o.LeaseDuration / 4
+	}
+	if o.StatusReportInterval == 0 {
+		o.StatusReportInterval = defaultStatusReportInterval
+	}
+	if o.PingInterval == 0 {
+		o.PingInterval = defaultPingInterval
+	}
+	if o.Workers == 0 {
+		o.Workers = defaultWorkers
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+
 	if o.LeaseDuration%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("lease duration must be whole seconds, got %s", o.LeaseDuration))
+		errs = append(errs, fmt.Errorf("LeaseDuration must be whole seconds, got %s", o.LeaseDuration))
 	}
 	if o.RenewInterval >= o.LeaseDuration {
-		errs = append(errs, fmt.Errorf("renew interval %s must be shorter than the lease duration %s", o.RenewInterval, o.LeaseDuration))
-	}
-	if o.Workers < 0 {
-		errs = append(errs, fmt.Errorf("workers must not be negative, got %d", o.Workers))
+		errs = append(errs, fmt.Errorf("RenewInterval %s must be shorter than LeaseDuration %s", o.RenewInterval, o.LeaseDuration))
 	}
 	return errors.Join(errs...)
 }
@@ -89,119 +121,162 @@ type Node struct {
 	// Template holds the name, labels, annotations and taints to register
 	// the node with.
 	Template *corev1.Node
-	// Provider describes the node; it may also be a provider.NodeNotifier.
+	// Provider describes the node; it may also implement provider.NodeNotifier.
 	Provider provider.NodeProvider
 }
 
+// taskKind is one kind of periodic work on a node.
 type taskKind uint8
 
 const (
-	taskStatus taskKind = iota // register if needed, then report status
-	taskLease                  // renew the Lease
+	taskLease  taskKind = iota // renew the node's Lease
+	taskStatus                 // register the node if needed, then report its status when due
 	taskPing                   // ping the provider
 )
 
-func (t taskKind) String() string {
-	return [...]string{"status", "lease", "ping"}[t]
+func (k taskKind) String() string {
+	switch k {
+	case taskLease:
+		return "lease"
+	case taskStatus:
+		return "status"
+	case taskPing:
+		return "ping"
+	}
+	return fmt.Sprintf("task(%d)", uint8(k))
 }
 
+// taskKey is a work queue item: one task of one node.
 type taskKey struct {
 	node string
 	task taskKind
 }
 
-// nodeState is what the controller keeps per node. Tasks of one node may
-// run concurrently, so every field is guarded by mu.
+// nodeState is everything the controller keeps about one node. The queue
+// never runs two tasks with the same key at once, but the tasks of one node
+// run concurrently, so the mutable fields are guarded by mu.
 type nodeState struct {
-	mu         sync.Mutex
-	template   *corev1.Node
-	provider   provider.NodeProvider
-	uid        types.UID // set once registered
-	lease      *coordinationv1.Lease
-	pingErr    error
-	reported   *corev1.NodeStatus // last status written, without heartbeat times
-	reportedAt time.Time
+	name     string
+	template *corev1.Node // never modified
+	provider provider.NodeProvider
+
+	mu          sync.Mutex
+	uid         types.UID             // of the registered Node; empty until registered
+	lease       *coordinationv1.Lease // as last written; nil to GET it first
+	pingErr     error                 // outcome of the last ping
+	applied     *corev1.NodeStatus    // status last written, with its times
+	appliedAt   time.Time             // when applied was written
+	forceReport bool                  // write the status at the next check even if unchanged
+	reported    bool                  // the first status write succeeded
 }
 
 // Controller registers nodes and keeps their Lease and status current.
 type Controller struct {
-	client    kubernetes.Interface
-	nodes     map[string]*nodeState
-	opts      Options
-	queue     workqueue.TypedRateLimitingInterface[taskKey]
-	useLeases bool
+	client kubernetes.Interface
+	opts   Options
+	nodes  map[string]*nodeState
+	queue  workqueue.TypedRateLimitingInterface[taskKey]
 
-	readyOnce  sync.Once
-	ready      chan struct{}
-	mu         sync.Mutex
-	registered int
+	// useLeases is decided once by Run before the workers start.
+	useLeases bool
+	started   atomic.Bool
+
+	randMu sync.Mutex
+	rand   *rand.Rand // for jitter
+
+	reportedNodes atomic.Int64
+	readyOnce     sync.Once
+	ready         chan struct{}
 }
 
 // NewController returns a controller for nodes. It does no I/O.
 func NewController(client kubernetes.Interface, nodes []Node, opts Options) (*Controller, error) {
+	if client == nil {
+		return nil, errors.New("node controller: no API client")
+	}
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("node controller options: %w", err)
 	}
 	if len(nodes) == 0 {
-		return nil, errors.New("no nodes to manage")
+		return nil, errors.New("node controller: no nodes to manage")
 	}
-	c := &Controller{
-		client:    client,
-		nodes:     make(map[string]*nodeState, len(nodes)),
-		opts:      opts,
-		useLeases: true,
-		ready:     make(chan struct{}),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			retryBackoff(),
-			workqueue.TypedRateLimitingQueueConfig[taskKey]{Name: "nodes", Clock: opts.Clock},
-		),
-	}
+	states := make(map[string]*nodeState, len(nodes))
 	for i, n := range nodes {
 		if n.Template == nil || n.Template.Name == "" {
-			return nil, fmt.Errorf("node %d has no name", i)
+			return nil, fmt.Errorf("node controller: node %d has no name", i)
+		}
+		name := n.Template.Name
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			return nil, fmt.Errorf("node controller: invalid node name %q: %s", name, strings.Join(msgs, "; "))
 		}
 		if n.Provider == nil {
-			return nil, fmt.Errorf("node %s has no provider", n.Template.Name)
+			return nil, fmt.Errorf("node controller: node %s has no provider", name)
 		}
-		if _, dup := c.nodes[n.Template.Name]; dup {
-			return nil, fmt.Errorf("node %s is listed twice", n.Template.Name)
+		if _, dup := states[name]; dup {
+			return nil, fmt.Errorf("node controller: node %s is listed twice", name)
 		}
-		c.nodes[n.Template.Name] = &nodeState{template: n.Template.DeepCopy(), provider: n.Provider}
+		states[name] = &nodeState{name: name, template: n.Template.DeepCopy(), provider: n.Provider}
 	}
-	return c, nil
+
+	seed := uint64(opts.Clock.Now().UnixNano())
+	return &Controller{
+		client:    client,
+		opts:      opts,
+		nodes:     states,
+		useLeases: true,
+		rand:      rand.New(rand.NewPCG(seed, uint64(len(nodes)))),
+		ready:     make(chan struct{}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(retryBackoff(),
+			workqueue.TypedRateLimitingQueueConfig[taskKey]{Name: "nodelet_nodes", Clock: opts.Clock}),
+	}, nil
 }
 
-// retryBackoff is the per-task backoff after a failure: 200ms doubling to 7s.
+// retryBackoff is the per-task delay after failures: 200ms, doubling on
+// each further failure up to 7s, back to 200ms after a success (Forget).
 func retryBackoff() workqueue.TypedRateLimiter[taskKey] {
-	return workqueue.NewTypedItemExponentialFailureRateLimiter[taskKey](200*time.Millisecond, 7*time.Second)
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[taskKey](retryBase, retryMax)
 }
 
-// Ready is closed once every node has been registered and its status written.
+// Ready is closed once every node has been registered and its status
+// written once.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
-// ReportStatus asks for the node's status to be reported now.
+// ReportStatus asks for the node's status to be checked now: it is written
+// if it changed since the last report (or a report is due). Unknown names
+// are ignored.
 func (c *Controller) ReportStatus(nodeName string) {
 	if _, ok := c.nodes[nodeName]; ok {
 		c.queue.Add(taskKey{node: nodeName, task: taskStatus})
 	}
 }
 
-// Run registers every node and keeps them alive until ctx is done.
+// Run registers every node and keeps its Lease and status current until ctx
+// is done. It returns nil on a clean shutdown. It may be called once.
 func (c *Controller) Run(ctx context.Context) error {
-	defer utilruntime.HandleCrash()
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("node controller: Run called twice")
+	}
+	defer utilruntime.HandleCrashWithContext(ctx)
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 
-	c.useLeases = c.leaseAPIServed(ctx)
-	if !c.useLeases {
+	served, err := c.leaseAPIServed(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case err != nil:
+		logger.Info("Could not discover the Lease API; assuming it is served", "err", err)
+	case !served:
 		logger.Info("The Lease API is not served; reporting node status every ping interval instead", "interval", c.opts.PingInterval)
 	}
+	c.useLeases = served
+
 	for name, n := range c.nodes {
 		if notifier, ok := n.provider.(provider.NodeNotifier); ok {
 			notifier.NotifyNodeStatus(ctx, func() { c.ReportStatus(name) })
 		}
-		c.queue.Add(taskKey{node: name, task: taskPing})
 		c.queue.Add(taskKey{node: name, task: taskStatus})
+		c.queue.Add(taskKey{node: name, task: taskPing})
 	}
 
 	var wg sync.WaitGroup
@@ -211,26 +286,37 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		})
 	}
-	logger.Info("Node controller started", "nodes", len(c.nodes), "leases", c.useLeases)
+	logger.Info("Node controller started", "nodes", len(c.nodes), "workers", c.opts.Workers, "leases", c.useLeases)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
+	logger.Info("Node controller stopped")
 	return nil
 }
 
-// leaseAPIServed tells whether coordination.k8s.io/v1 is served. When the
-// answer is unknown (the API server is down), it assumes it is.
-func (c *Controller) leaseAPIServed(ctx context.Context) bool {
-	_, err := c.client.Discovery().ServerResourcesForGroupVersion(coordinationv1.SchemeGroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false
+// leaseAPIServed asks the API server whether it serves
+// coordination.k8s.io/v1. It returns true with the error when the answer is
+// unknown, and returns early when ctx is done (the request then finishes in
+// the background).
+func (c *Controller) leaseAPIServed(ctx context.Context) (bool, error) {
+	answer := make(chan error, 1)
+	go func() {
+		_, err := c.client.Discovery().ServerResourcesForGroupVersion(coordinationv1.SchemeGroupVersion.String())
+		answer <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case err := <-answer:
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return true, err
 	}
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Could not discover the Lease API; assuming it is served", "err", err)
-	}
-	return true
 }
 
+// processNext runs one task. A task returns when it wants to run next (0:
+// not on its own) or an error, which retries it with backoff.
 func (c *Controller) processNext(ctx context.Context) bool {
 	key, quit := c.queue.Get()
 	if quit {
@@ -238,72 +324,99 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	defer c.queue.Done(key)
 	n := c.nodes[key.node]
-	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", key.node))
+	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", key.node), "task", key.task)
 	ctx = klog.NewContext(ctx, logger)
 
 	var next time.Duration
 	var err error
 	switch key.task {
-	case taskStatus:
-		next, err = c.syncStatus(ctx, key.node, n)
 	case taskLease:
-		next, err = c.renewLease(ctx, key.node, n)
+		next, err = c.renewLease(ctx, n)
+	case taskStatus:
+		next, err = c.syncStatus(ctx, n)
 	case taskPing:
-		next = c.ping(ctx, key.node, n)
+		next = c.ping(ctx, n)
+	}
+	if ctx.Err() != nil {
+		return true // shutting down
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			logger.Error(err, "Node task failed; will retry with backoff", "task", key.task, "retries", c.queue.NumRequeues(key))
+		// With thousands of nodes failing together (API server down) an
+		// error line per retry would flood the log: log the first failure
+		// and every tenth retry, the rest at a higher verbosity.
+		if retries := c.queue.NumRequeues(key); retries%10 == 0 {
+			logger.Error(err, "Node task failed; retrying with backoff", "retries", retries)
+		} else {
+			logger.V(4).Info("Node task failed; retrying with backoff", "err", err, "retries", retries)
 		}
 		c.queue.AddRateLimited(key)
 		return true
 	}
 	c.queue.Forget(key)
 	if next > 0 {
-		c.queue.AddAfter(key, jitter(next))
+		c.queue.AddAfter(key, c.jitter(next))
 	}
 	return true
 }
 
-// spread picks a first delay uniformly in (0, d], so that nodes registered
-// together renew and report evenly over the interval from then on.
-func spread(d time.Duration) time.Duration {
-	return time.Duration(rand.Int64N(int64(d))) + 1
+// jitter lengthens d by a random amount up to 10% of it, so that the tasks
+// of thousands of nodes started together drift apart.
+func (c *Controller) jitter(d time.Duration) time.Duration {
+	if d < 10 {
+		return d
+	}
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
+	return d + time.Duration(c.rand.Int64N(int64(d)/10+1))
 }
 
-// jitter spreads d by up to 10% earlier, so that thousands of nodes do not
-// report in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return d - time.Duration(rand.Int64N(int64(d)/10+1))
-}
-
-// ping runs the provider's health check and reports status at once when
-// its outcome changed.
-func (c *Controller) ping(ctx context.Context, name string, n *nodeState) time.Duration {
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+// ping runs the provider's health check. When its outcome changes the
+// status is reported at once, and a recovered node renews its Lease at once.
+func (c *Controller) ping(ctx context.Context, n *nodeState) time.Duration {
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	err := n.provider.Ping(pctx)
 	cancel()
+	if ctx.Err() != nil {
+		return 0
+	}
 	n.mu.Lock()
-	changed := (err == nil) != (n.pingErr == nil) || (err != nil && err.Error() != n.pingErr.Error())
+	changed := errorText(err) != errorText(n.pingErr)
 	n.pingErr = err
 	n.mu.Unlock()
 	if changed {
+		logger := klog.FromContext(ctx)
 		if err != nil {
-			klog.FromContext(ctx).Info("Provider ping failed; node is not ready", "err", err)
+			logger.Info("Provider ping failed; node is not ready and its Lease is not renewed", "err", err)
+		} else {
+			logger.Info("Provider ping succeeds again")
+			if c.useLeases {
+				c.queue.Add(taskKey{node: n.name, task: taskLease})
+			}
 		}
-		c.ReportStatus(name)
+		c.ReportStatus(n.name)
 	}
 	return c.opts.PingInterval
 }
 
-// markRegistered counts a node's first status write and closes Ready once
-// every node has one.
-func (c *Controller) markRegistered() {
-	c.mu.Lock()
-	c.registered++
-	all := c.registered == len(c.nodes)
-	c.mu.Unlock()
-	if all {
-		c.readyOnce.Do(func() { close(c.ready) })
+// errorText is err's message, or "" for nil.
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// markReported counts n's first successful status write and closes Ready
+// once every node has one.
+func (c *Controller) markReported(ctx context.Context, n *nodeState) {
+	n.mu.Lock()
+	first := !n.reported
+	n.reported = true
+	n.mu.Unlock()
+	if first && c.reportedNodes.Add(1) == int64(len(c.nodes)) {
+		c.readyOnce.Do(func() {
+			klog.FromContext(ctx).Info("Every node is registered and has reported its status", "nodes", len(c.nodes))
+			close(c.ready)
+		})
 	}
 }

@@ -3,210 +3,398 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-var errTest = errors.New("provider unreachable")
+// fakeProvider describes a node with a pod capacity and a Ready condition;
+// both and its ping outcome can be changed while the controller runs.
+type fakeProvider struct {
+	mu      sync.Mutex
+	pingErr error
+	pods    string
+}
 
-type fakeNodeProvider struct{ pingErr error }
+func (p *fakeProvider) Ping(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pingErr
+}
 
-func (f *fakeNodeProvider) Ping(context.Context) error { return f.pingErr }
-
-func (f *fakeNodeProvider) ConfigureNode(_ context.Context, n *corev1.Node) {
-	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: *resourceQuantity("110")}
+func (p *fakeProvider) ConfigureNode(_ context.Context, n *corev1.Node) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pods := p.pods
+	if pods == "" {
+		pods = "110"
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels["provider/label"] = "yes"
+	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: resource.MustParse(pods)}
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
 }
 
-func template(name string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"nodelet.io/test": "yes"}}}
+func (p *fakeProvider) set(pods string, pingErr error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods, p.pingErr = pods, pingErr
 }
 
-func newFakeClient(objs ...*corev1.Node) *fake.Clientset {
-	client := fake.NewClientset()
-	for _, o := range objs {
-		_ = client.Tracker().Add(o)
-	}
-	client.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
-		GroupVersion: "coordination.k8s.io/v1",
-		APIResources: []metav1.APIResource{{Name: "leases", Namespaced: true, Kind: "Lease"}},
+// notifyingProvider also pushes status changes.
+type notifyingProvider struct {
+	fakeProvider
+	notify atomic.Pointer[func()]
+}
+
+func (p *notifyingProvider) NotifyNodeStatus(_ context.Context, notify func()) {
+	p.notify.Store(&notify)
+}
+
+func template(name string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:        name,
+		Labels:      map[string]string{"nodelet.io/test": "yes"},
+		Annotations: map[string]string{"nodelet.io/template": "yes"},
 	}}
+}
+
+// newFakeClient is a fake clientset that gives created objects a UID, as the
+// API server does, and serves the Lease API when leases is true.
+func newFakeClient(leases bool, nodes ...*corev1.Node) *fake.Clientset {
+	client := fake.NewClientset()
+	for _, n := range nodes {
+		if err := client.Tracker().Add(n); err != nil {
+			panic(err)
+		}
+	}
+	var uids atomic.Int64
+	client.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if obj, ok := a.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && obj.GetUID() == "" {
+			obj.SetUID(types.UID(fmt.Sprintf("uid-%d", uids.Add(1))))
+		}
+		return false, nil, nil
+	})
+	if leases {
+		client.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
+			GroupVersion: "coordination.k8s.io/v1",
+			APIResources: []metav1.APIResource{{Name: "leases", Namespaced: true, Kind: "Lease"}},
+		}}
+	}
 	return client
 }
 
+// run runs c until the test ends.
+func run(t *testing.T, c *Controller) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// poll waits until cond holds, failing the test after 10s.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func waitReady(t *testing.T, c *Controller) {
+	t.Helper()
+	poll(t, "Ready", func() bool {
+		select {
+		case <-c.Ready():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+func getNode(t *testing.T, client *fake.Clientset, name string) *corev1.Node {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+func condition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == typ {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func statusPatches(client *fake.Clientset) int {
+	count := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" && a.GetSubresource() == "status" {
+			count++
+		}
+	}
+	return count
+}
+
 func TestNewControllerRejectsBadInput(t *testing.T) {
-	p := &fakeNodeProvider{}
+	p := &fakeProvider{}
+	one := []Node{{Template: template("a"), Provider: p}}
 	tests := []struct {
 		name  string
 		nodes []Node
 		opts  Options
 	}{
 		{"no nodes", nil, Options{}},
-		{"duplicate name", []Node{{template("a"), p}, {template("a"), p}}, Options{}},
-		{"empty name", []Node{{template(""), p}}, Options{}},
-		{"no provider", []Node{{template("a"), nil}}, Options{}},
-		{"renew not shorter than lease", []Node{{template("a"), p}}, Options{LeaseDuration: 10 * time.Second, RenewInterval: 10 * time.Second}},
-		{"negative ping interval", []Node{{template("a"), p}}, Options{PingInterval: -time.Second}},
+		{"duplicate name", []Node{{Template: template("a"), Provider: p}, {Template: template("a"), Provider: p}}, Options{}},
+		{"empty name", []Node{{Template: template(""), Provider: p}}, Options{}},
+		{"no template", []Node{{Provider: p}}, Options{}},
+		{"invalid name", []Node{{Template: template("Not_A_Name"), Provider: p}}, Options{}},
+		{"no provider", []Node{{Template: template("a")}}, Options{}},
+		{"negative ping interval", one, Options{PingInterval: -time.Second}},
+		{"negative workers", one, Options{Workers: -1}},
+		{"lease duration not whole seconds", one, Options{LeaseDuration: 1500 * time.Millisecond}},
+		{"renew interval not shorter than the lease", one, Options{LeaseDuration: 10 * time.Second, RenewInterval: 10 * time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := NewController(fake.NewClientset(), tt.nodes, tt.opts); err == nil {
-				t.Error("NewController() succeeded, want an error")
+				t.Error("NewController succeeded, want an error")
 			}
 		})
 	}
-}
-
-func TestRetryBackoff(t *testing.T) {
-	rl := retryBackoff()
-	key := taskKey{node: "n", task: taskLease}
-	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond, 7 * time.Second, 7 * time.Second}
-	for i, w := range want {
-		if got := rl.When(key); got != w {
-			t.Errorf("retry %d: backoff %s, want %s", i+1, got, w)
-		}
-	}
-	rl.Forget(key)
-	if got := rl.When(key); got != 200*time.Millisecond {
-		t.Errorf("after success: backoff %s, want 200ms again", got)
+	if _, err := NewController(nil, one, Options{}); err == nil {
+		t.Error("NewController without a client succeeded, want an error")
 	}
 }
 
-func leaseController(t *testing.T) (*Controller, *nodeState, *fake.Clientset, *testingclock.FakeClock) {
-	t.Helper()
-	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	client := newFakeClient()
-	c, err := NewController(client, []Node{{template("n"), &fakeNodeProvider{}}}, Options{Clock: clk})
+func TestNewControllerDefaults(t *testing.T) {
+	client := fake.NewClientset()
+	c, err := NewController(client, []Node{{Template: template("a"), Provider: &fakeProvider{}}}, Options{LeaseDuration: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := c.nodes["n"]
-	n.uid = "node-uid"
-	return c, n, client, clk
-}
-
-func getLease(t *testing.T, client *fake.Clientset) (renew time.Time, err error) {
-	l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), "n", metav1.GetOptions{})
-	if err != nil {
-		return time.Time{}, err
-	}
-	if *l.Spec.HolderIdentity != "n" || *l.Spec.LeaseDurationSeconds != 40 || len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != "node-uid" {
-		t.Errorf("lease = %+v, want holder n, 40s, owned by the node", l.Spec)
-	}
-	return l.Spec.RenewTime.Time, nil
-}
-
-func TestLeaseRenewal(t *testing.T) {
-	ctx := context.Background()
-	c, n, client, clk := leaseController(t)
-
-	next, err := c.renewLease(ctx, "n", n)
-	if err != nil || next <= 0 || next > 10*time.Second {
-		t.Fatalf("creation: next %s err %v, want a spread start within 10s", next, err)
-	}
-	if renew, err := getLease(t, client); err != nil || !renew.Equal(clk.Now()) {
-		t.Fatalf("lease renewTime %v err %v, want %v", renew, err, clk.Now())
-	}
-
-	clk.Step(10 * time.Second)
-	client.ClearActions()
-	if next, err = c.renewLease(ctx, "n", n); err != nil || next != 10*time.Second {
-		t.Fatalf("renewal: next %s err %v, want 10s (a quarter of 40s)", next, err)
-	}
-	if acts := client.Actions(); len(acts) != 1 || acts[0].GetVerb() != "update" {
-		t.Errorf("renewal made %v, want one update", acts)
-	}
-	if renew, _ := getLease(t, client); !renew.Equal(clk.Now()) {
-		t.Errorf("renewTime %v, want advanced to %v", renew, clk.Now())
-	}
-}
-
-func TestDeletedLeaseIsRecreated(t *testing.T) {
-	ctx := context.Background()
-	c, n, client, _ := leaseController(t)
-	if _, err := c.renewLease(ctx, "n", n); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.CoordinationV1().Leases(LeaseNamespace).Delete(ctx, "n", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.renewLease(ctx, "n", n); err == nil {
-		t.Fatal("renewing a deleted lease succeeded, want an error to back off on")
-	}
-	if _, err := c.renewLease(ctx, "n", n); err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	if _, err := getLease(t, client); err != nil {
-		t.Errorf("lease not recreated: %v", err)
-	}
-}
-
-func TestFailedPingStopsRenewal(t *testing.T) {
-	ctx := context.Background()
-	c, n, client, _ := leaseController(t)
-	n.pingErr = errTest
-	client.ClearActions()
-	if _, err := c.renewLease(ctx, "n", n); err != nil {
-		t.Fatal(err)
+	defer c.queue.ShutDown()
+	o := c.opts
+	if o.LeaseDuration != 20*time.Second || o.RenewInterval != 5*time.Second || o.StatusReportInterval != 5*time.Minute ||
+		o.PingInterval != 10*time.Second || o.Workers != 8 || o.Clock == nil {
+		t.Errorf("options after defaults = %+v", o)
 	}
 	if acts := client.Actions(); len(acts) != 0 {
-		t.Errorf("renewal while the ping fails made %v, want nothing", acts)
+		t.Errorf("NewController made API calls %v, want none", acts)
 	}
 }
 
 func TestRunRegistersAndAdopts(t *testing.T) {
-	existing := template("old")
-	existing.Labels = map[string]string{"someone/else": "kept"}
-	existing.Spec.Taints = []corev1.Taint{{Key: "someone/taint", Effect: corev1.TaintEffectNoSchedule}}
-	client := newFakeClient(existing)
-	fresh := template("new")
-	fresh.Spec.Taints = []corev1.Taint{{Key: "ours", Effect: corev1.TaintEffectNoSchedule}}
-	adopted := template("old")
-	adopted.Spec.Taints = fresh.Spec.Taints
-	c, err := NewController(client, []Node{{fresh, &fakeNodeProvider{}}, {adopted, &fakeNodeProvider{}}}, Options{})
+	existing := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "old", UID: "old-uid",
+			Labels:      map[string]string{"someone/label": "kept"},
+			Annotations: map[string]string{"someone/annotation": "kept"},
+		},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "someone/taint", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: "example.com/Other", Status: corev1.ConditionTrue, Reason: "SomeoneElse"},
+		}},
+	}
+	client := newFakeClient(true, existing)
+	ours := []corev1.Taint{{Key: "nodelet.io/ours", Effect: corev1.TaintEffectNoSchedule}}
+	fresh, adopted := template("new"), template("old")
+	fresh.Spec.Taints, adopted.Spec.Taints = ours, ours
+	c, err := NewController(client, []Node{{Template: fresh, Provider: &fakeProvider{}}, {Template: adopted, Provider: &fakeProvider{}}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- c.Run(ctx) }()
-	select {
-	case <-c.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Ready not closed")
+	run(t, c)
+	waitReady(t, c)
+
+	created := getNode(t, client, "new")
+	if created.Labels["nodelet.io/test"] != "yes" || created.Labels["provider/label"] != "yes" ||
+		created.Annotations["nodelet.io/template"] != "yes" || len(created.Spec.Taints) != 1 {
+		t.Errorf("created node metadata %+v taints %v, want the template's and the provider's", created.ObjectMeta, created.Spec.Taints)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
+	if created.Annotations[LastAppliedAnnotation] == "" || condition(created, corev1.NodeReady) == nil {
+		t.Errorf("created node lacks its status or last-applied annotation: %+v", created)
 	}
 
-	old, err := client.CoreV1().Nodes().Get(context.Background(), "old", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if old.Labels["someone/else"] != "kept" || old.Labels["nodelet.io/test"] != "yes" {
-		t.Errorf("adopted labels = %v, want others' kept and ours added", old.Labels)
+	old := getNode(t, client, "old")
+	if old.Labels["someone/label"] != "kept" || old.Labels["nodelet.io/test"] != "yes" ||
+		old.Annotations["someone/annotation"] != "kept" || old.Annotations["nodelet.io/template"] != "yes" {
+		t.Errorf("adopted metadata = %+v, want others' kept and ours added", old.ObjectMeta)
 	}
 	if len(old.Spec.Taints) != 2 {
 		t.Errorf("adopted taints = %v, want others' kept and ours added", old.Spec.Taints)
 	}
-	created, err := client.CoreV1().Nodes().Get(context.Background(), "new", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if condition(old, "example.com/Other") == nil || condition(old, corev1.NodeReady) == nil {
+		t.Errorf("adopted conditions = %+v, want others' kept and Ready added", old.Status.Conditions)
 	}
-	if created.Annotations[LastAppliedAnnotation] == "" || len(created.Status.Conditions) == 0 {
-		t.Errorf("created node lacks status or last-applied annotation: %+v", created)
+
+	for _, n := range []*corev1.Node{created, old} {
+		poll(t, "lease of "+n.Name, func() bool {
+			l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), n.Name, metav1.GetOptions{})
+			return err == nil && len(l.OwnerReferences) == 1 && l.OwnerReferences[0].UID == n.UID
+		})
 	}
 }
 
-func resourceQuantity(s string) *resource.Quantity {
-	q := resource.MustParse(s)
-	return &q
+func TestRunWithoutLeaseAPIReportsStatusEveryPing(t *testing.T) {
+	client := newFakeClient(false)
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: &fakeProvider{}}}, Options{PingInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	poll(t, "three status heartbeats", func() bool { return statusPatches(client) >= 3 })
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource == "leases" {
+			t.Fatalf("lease call %v without the Lease API", a)
+		}
+	}
+}
+
+func TestRunSurvivesAPIServerDownAtStart(t *testing.T) {
+	client := newFakeClient(true)
+	var down atomic.Bool
+	var failures atomic.Int64
+	down.Store(true)
+	client.PrependReactor("*", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			failures.Add(1)
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: &fakeProvider{}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	poll(t, "failed registration attempts", func() bool { return failures.Load() >= 3 })
+	select {
+	case <-c.Ready():
+		t.Fatal("Ready while the API server is down")
+	default:
+	}
+	down.Store(false)
+	waitReady(t, c)
+	getNode(t, client, "n")
+}
+
+func TestRunReportsPingFailureAndRecovery(t *testing.T) {
+	client := newFakeClient(true)
+	p := &fakeProvider{}
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: p}}, Options{PingInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+
+	p.set("", errors.New("backend unreachable"))
+	poll(t, "Ready False after a failed ping", func() bool {
+		r := condition(getNode(t, client, "n"), corev1.NodeReady)
+		return r != nil && r.Status == corev1.ConditionFalse && r.Reason == "ProviderPingFailed" && r.Message == "backend unreachable"
+	})
+	p.set("", nil)
+	poll(t, "the provider's Ready back", func() bool {
+		r := condition(getNode(t, client, "n"), corev1.NodeReady)
+		return r != nil && r.Status == corev1.ConditionTrue && r.Reason == "KubeletReady"
+	})
+}
+
+func TestStatusChangesAreReportedAtOnce(t *testing.T) {
+	client := newFakeClient(true)
+	p := &notifyingProvider{}
+	// Long intervals: only the notification and ReportStatus can explain a
+	// write within the test.
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: p}}, Options{PingInterval: time.Hour, StatusReportInterval: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	pods := func() string {
+		q := getNode(t, client, "n").Status.Capacity[corev1.ResourcePods]
+		return q.String()
+	}
+
+	p.set("50", nil)
+	(*p.notify.Load())()
+	poll(t, "capacity from the notification", func() bool { return pods() == "50" })
+
+	p.set("60", nil)
+	c.ReportStatus("n")
+	c.ReportStatus("unknown-node") // ignored
+	poll(t, "capacity from ReportStatus", func() bool { return pods() == "60" })
+
+	// An unchanged status is not written again before it is due.
+	before := statusPatches(client)
+	c.ReportStatus("n")
+	poll(t, "status check done", func() bool { return c.queue.Len() == 0 })
+	if after := statusPatches(client); after != before {
+		t.Errorf("an unchanged status was written: %d patches, want %d", after, before)
+	}
+}
+
+func TestDeletedNodeIsRegisteredAgain(t *testing.T) {
+	client := newFakeClient(false)
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: &fakeProvider{}}}, Options{PingInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	first := getNode(t, client, "n").UID
+	if err := client.CoreV1().Nodes().Delete(context.Background(), "n", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the node registered again", func() bool {
+		n, err := client.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false
+		}
+		return err == nil && n.UID != first && n.Annotations[LastAppliedAnnotation] != ""
+	})
+}
+
+func TestRunTwice(t *testing.T) {
+	c, err := NewController(newFakeClient(true), []Node{{Template: template("n"), Provider: &fakeProvider{}}}, Options{Clock: testingclock.NewFakeClock(start)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	poll(t, "Run started", c.started.Load)
+	if err := c.Run(context.Background()); err == nil {
+		t.Error("a second Run succeeded, want an error")
+	}
 }

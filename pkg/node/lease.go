@@ -14,28 +14,30 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// LeaseNamespace holds the node Leases.
-const LeaseNamespace = corev1.NamespaceNodeLease
-
-// renewLease renews the node's Lease with one write: an update of the copy
-// kept from the last renewal, or, when there is none, a get and then an
-// update or a create. Nothing is renewed before the node is registered or
-// while the provider's ping fails.
-func (c *Controller) renewLease(ctx context.Context, name string, n *nodeState) (time.Duration, error) {
+// renewLease is the lease task. A renewal is one write: an update of the
+// Lease as last written. After any failure the Lease is read afresh first;
+// a Lease that is missing (deleted, or never made) is created. Nothing is
+// renewed before the Node is registered (the owner reference needs its UID)
+// or while the provider's ping fails, so that the Lease keeps the node alive
+// only while its provider answers.
+func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duration, error) {
 	n.mu.Lock()
 	uid, lease, pingErr := n.uid, n.lease, n.pingErr
 	n.mu.Unlock()
-	if uid == "" || pingErr != nil {
+	if uid == "" {
+		return 0, nil // registration starts the lease task again
+	}
+	if pingErr != nil {
 		return c.opts.RenewInterval, nil
 	}
-	leases := c.client.CoordinationV1().Leases(LeaseNamespace)
+
+	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	if lease == nil {
-		got, err := leases.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
+		got, err := leases.Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
 			return 0, fmt.Errorf("get lease: %w", err)
-		default:
+		}
+		if err == nil {
 			lease = got
 		}
 	}
@@ -43,40 +45,37 @@ func (c *Controller) renewLease(ctx context.Context, name string, n *nodeState) 
 	now := metav1.NewMicroTime(c.opts.Clock.Now())
 	var renewed *coordinationv1.Lease
 	var err error
-	next := c.opts.RenewInterval
-	if lease == nil {
-		renewed, err = leases.Create(ctx, c.newLease(name, uid, now), metav1.CreateOptions{})
-		if err == nil {
-			klog.FromContext(ctx).V(2).Info("Created node lease")
-			next = spread(next)
-		}
-	} else {
+	if lease != nil {
 		want := lease.DeepCopy()
-		c.fillLease(want, name, uid, now)
+		c.setLease(want, n.name, uid, now)
 		renewed, err = leases.Update(ctx, want, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			// Deleted since: the GC removes the Lease of a deleted Node,
+			// so make sure the Node is still there too.
+			klog.FromContext(ctx).V(2).Info("Node lease is gone; creating it again")
+			c.forceReport(n)
+			lease = nil
+		}
 	}
+	if lease == nil {
+		fresh := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.name, Namespace: corev1.NamespaceNodeLease}}
+		c.setLease(fresh, n.name, uid, now)
+		renewed, err = leases.Create(ctx, fresh, metav1.CreateOptions{})
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if err != nil {
-		// Start from a fresh copy next time: the lease may have been
-		// deleted or written by someone else.
-		n.mu.Lock()
 		n.lease = nil
-		n.mu.Unlock()
 		return 0, fmt.Errorf("renew lease: %w", err)
 	}
-	n.mu.Lock()
 	n.lease = renewed
-	n.mu.Unlock()
-	return next, nil
+	return c.opts.RenewInterval, nil
 }
 
-func (c *Controller) newLease(name string, uid types.UID, now metav1.MicroTime) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: LeaseNamespace}}
-	c.fillLease(l, name, uid, now)
-	return l
-}
-
-// fillLease sets what nodelet owns in a node Lease.
-func (c *Controller) fillLease(l *coordinationv1.Lease, name string, uid types.UID, now metav1.MicroTime) {
+// setLease sets what nodelet owns in a node's Lease: holder, duration,
+// renew time and the owner reference to the Node.
+func (c *Controller) setLease(l *coordinationv1.Lease, name string, uid types.UID, now metav1.MicroTime) {
 	l.Spec.HolderIdentity = ptr.To(name)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.opts.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &now

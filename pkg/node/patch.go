@@ -10,44 +10,37 @@ import (
 )
 
 // LastAppliedAnnotation holds, as JSON, the node status nodelet last wrote.
-// It is the "original" of the three-way patch: what nodelet wrote before and
-// no longer wants is removed, and what others wrote is left alone.
+// It is the "original" of the three-way status patch: what nodelet wrote
+// before and no longer wants is removed, and what others wrote is kept.
 const LastAppliedAnnotation = "nodelet.io/last-applied-node-status"
 
-var nodePatchMeta = mustPatchMeta()
-
-func mustPatchMeta() strategicpatch.LookupPatchMeta {
+// nodePatchMeta is the strategic merge patch schema of a Node.
+var nodePatchMeta = func() strategicpatch.LookupPatchMeta {
 	meta, err := strategicpatch.NewPatchMetaFromStruct(&corev1.Node{})
 	if err != nil {
-		panic(fmt.Sprintf("node patch metadata: %v", err))
+		panic(fmt.Sprintf("strategic merge patch schema of a Node: %v", err))
 	}
 	return meta
-}
+}()
 
-// statusPatch returns the strategic merge patch that takes current to the
-// status want, recording want in LastAppliedAnnotation, or nil when there
-// is nothing to write. The patch carries current's resourceVersion, so it
-// fails with a Conflict rather than land on a newer node.
+// statusPatch returns the strategic merge patch for the nodes/status
+// subresource that takes current to the status want, or nil when it would
+// change nothing. It is three-way: the original is the status recorded in
+// current's LastAppliedAnnotation (none when absent), so it removes what
+// nodelet applied before and no longer wants, and keeps what others wrote.
+// The patch records want in the annotation, and carries current's
+// resourceVersion so that it fails with a Conflict on a newer Node.
 func statusPatch(want *corev1.NodeStatus, current *corev1.Node) ([]byte, error) {
-	applied, err := json.Marshal(want)
-	if err != nil {
-		return nil, fmt.Errorf("marshal node status: %w", err)
-	}
 	original := []byte("{}")
-	if last, ok := current.Annotations[LastAppliedAnnotation]; ok {
-		var lastStatus corev1.NodeStatus
-		if json.Unmarshal([]byte(last), &lastStatus) == nil {
-			if original, err = json.Marshal(map[string]any{"status": lastStatus}); err != nil {
-				return nil, fmt.Errorf("marshal last applied node status: %w", err)
-			}
+	if last := lastApplied(current); last != nil {
+		var err error
+		if original, err = appliedNode(last); err != nil {
+			return nil, err
 		}
 	}
-	modified, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{LastAppliedAnnotation: string(applied)}},
-		"status":   want,
-	})
+	modified, err := appliedNode(want)
 	if err != nil {
-		return nil, fmt.Errorf("marshal node status: %w", err)
+		return nil, err
 	}
 	currentJSON, err := json.Marshal(current)
 	if err != nil {
@@ -57,8 +50,9 @@ func statusPatch(want *corev1.NodeStatus, current *corev1.Node) ([]byte, error) 
 	if err != nil {
 		return nil, fmt.Errorf("create node status patch: %w", err)
 	}
-	// The patch may hold only list-order directives; what matters is
-	// whether applying it changes anything.
+
+	// A patch can hold list order directives alone; it is empty when
+	// applying it changes nothing.
 	result, err := strategicpatch.StrategicMergePatchUsingLookupPatchMeta(currentJSON, patch, nodePatchMeta)
 	if err != nil {
 		return nil, fmt.Errorf("apply node status patch: %w", err)
@@ -70,15 +64,50 @@ func statusPatch(want *corev1.NodeStatus, current *corev1.Node) ([]byte, error) 
 	if equality.Semantic.DeepEqual(&after, current) {
 		return nil, nil
 	}
-	var m map[string]any
-	if err := json.Unmarshal(patch, &m); err != nil {
+
+	var fields map[string]any
+	if err := json.Unmarshal(patch, &fields); err != nil {
 		return nil, fmt.Errorf("decode node status patch: %w", err)
 	}
-	md, _ := m["metadata"].(map[string]any)
-	if md == nil {
-		md = map[string]any{}
-		m["metadata"] = md
+	meta, _ := fields["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		fields["metadata"] = meta
 	}
-	md["resourceVersion"] = current.ResourceVersion
-	return json.Marshal(m)
+	meta["resourceVersion"] = current.ResourceVersion
+	return json.Marshal(fields)
+}
+
+// appliedNode is the JSON of the part of a Node that nodelet's status patch
+// owns: the status, and the LastAppliedAnnotation recording it. Both travel
+// in one patch of the nodes/status subresource, which keeps metadata
+// changes: for Nodes the API server resets only the spec on a status write.
+func appliedNode(status *corev1.NodeStatus) ([]byte, error) {
+	record, err := json.Marshal(status)
+	if err != nil {
+		return nil, fmt.Errorf("marshal node status: %w", err)
+	}
+	data, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{LastAppliedAnnotation: string(record)}},
+		"status":   status,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("marshal node status: %w", err)
+	}
+	return data, nil
+}
+
+// lastApplied is the status recorded in node's LastAppliedAnnotation, or
+// nil when there is none or it cannot be read (nodelet then behaves as if it
+// had never written the status).
+func lastApplied(node *corev1.Node) *corev1.NodeStatus {
+	record, ok := node.Annotations[LastAppliedAnnotation]
+	if !ok {
+		return nil
+	}
+	var status corev1.NodeStatus
+	if err := json.Unmarshal([]byte(record), &status); err != nil {
+		return nil
+	}
+	return &status
 }

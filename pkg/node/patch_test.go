@@ -2,43 +2,54 @@ package node
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
-func cond(t corev1.NodeConditionType, s corev1.ConditionStatus) corev1.NodeCondition {
-	return corev1.NodeCondition{Type: t, Status: s, Reason: string(t) + string(s)}
+var (
+	hour1 = metav1.NewTime(time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC))
+	hour2 = metav1.NewTime(time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC))
+)
+
+func cond(t corev1.NodeConditionType, s corev1.ConditionStatus, at metav1.Time) corev1.NodeCondition {
+	return corev1.NodeCondition{Type: t, Status: s, Reason: string(t) + string(s), LastHeartbeatTime: at, LastTransitionTime: hour1}
 }
 
-// applied returns current as the API would have it after nodelet wrote
-// status: the status and its last-applied annotation.
-func applied(t *testing.T, status corev1.NodeStatus, extra ...corev1.NodeCondition) *corev1.Node {
+// written is a Node as the API holds it after nodelet wrote status: the
+// status with its record in the annotation, plus what others wrote.
+func written(t *testing.T, status corev1.NodeStatus, others ...corev1.NodeCondition) *corev1.Node {
 	t.Helper()
-	data, err := json.Marshal(status)
+	record, err := json.Marshal(status)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: "n", ResourceVersion: "7",
-		Annotations: map[string]string{LastAppliedAnnotation: string(data)},
-	}}
-	n.Status = *status.DeepCopy()
-	n.Status.Conditions = append(n.Status.Conditions, extra...)
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "n", UID: "uid-1", ResourceVersion: "7",
+			Labels:      map[string]string{"someone/label": "x"},
+			Annotations: map[string]string{LastAppliedAnnotation: string(record), "someone/annotation": "y"},
+		},
+		Spec:   corev1.NodeSpec{PodCIDR: "10.0.0.0/24", Taints: []corev1.Taint{{Key: "someone/taint", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: *status.DeepCopy(),
+	}
+	n.Status.Conditions = append(n.Status.Conditions, others...)
 	return n
 }
 
-// patched applies a status patch to current the way the API server does.
-func patched(t *testing.T, current *corev1.Node, patch []byte) *corev1.Node {
+// applyPatch applies a status patch to current the way the API server does.
+func applyPatch(t *testing.T, current *corev1.Node, patch []byte) *corev1.Node {
 	t.Helper()
-	cur, err := json.Marshal(current)
+	data, err := json.Marshal(current)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := strategicpatch.StrategicMergePatch(cur, patch, corev1.Node{})
+	out, err := strategicpatch.StrategicMergePatch(data, patch, corev1.Node{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +60,7 @@ func patched(t *testing.T, current *corev1.Node, patch []byte) *corev1.Node {
 	return n
 }
 
-func conditionTypes(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
+func conditionStatuses(n *corev1.Node) map[corev1.NodeConditionType]corev1.ConditionStatus {
 	out := map[corev1.NodeConditionType]corev1.ConditionStatus{}
 	for _, c := range n.Status.Conditions {
 		out[c.Type] = c.Status
@@ -58,43 +69,66 @@ func conditionTypes(n *corev1.Node) map[corev1.NodeConditionType]corev1.Conditio
 }
 
 func TestStatusPatch(t *testing.T) {
-	ready := cond(corev1.NodeReady, corev1.ConditionTrue)
-	memory := cond(corev1.NodeMemoryPressure, corev1.ConditionFalse)
-	other := cond("ExampleCondition", corev1.ConditionTrue)
-	last := corev1.NodeStatus{Conditions: []corev1.NodeCondition{ready, memory}}
+	ready := cond(corev1.NodeReady, corev1.ConditionTrue, hour1)
+	memory := cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, hour1)
+	others := cond("example.com/Other", corev1.ConditionTrue, hour1)
+	last := corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{ready, memory},
+		Capacity:   corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110")},
+	}
+	heartbeat := *last.DeepCopy()
+	for i := range heartbeat.Conditions {
+		heartbeat.Conditions[i].LastHeartbeatTime = hour2
+	}
+	notReady := *last.DeepCopy()
+	notReady.Conditions[0] = cond(corev1.NodeReady, corev1.ConditionFalse, hour2)
+	onlyReady := corev1.NodeStatus{Conditions: []corev1.NodeCondition{ready}, Capacity: last.Capacity}
+	withVolumes := written(t, last, others)
+	withVolumes.Status.VolumesInUse = []corev1.UniqueVolumeName{"kubernetes.io/csi/x^vol"}
 
 	tests := []struct {
 		name    string
 		current *corev1.Node
 		want    corev1.NodeStatus
-		expect  map[corev1.NodeConditionType]corev1.ConditionStatus // nil: no patch
-	}{
-		{
-			name:    "another writer's condition survives",
-			current: applied(t, last, other),
-			want:    corev1.NodeStatus{Conditions: []corev1.NodeCondition{cond(corev1.NodeReady, corev1.ConditionFalse), memory}},
-			expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "False", corev1.NodeMemoryPressure: "False", "ExampleCondition": "True"},
-		},
-		{
-			name:    "a condition nodelet no longer wants is removed",
-			current: applied(t, last, other),
-			want:    corev1.NodeStatus{Conditions: []corev1.NodeCondition{ready}},
-			expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "True", "ExampleCondition": "True"},
-		},
-		{
-			name:    "an unchanged status gives no patch",
-			current: applied(t, last, other),
-			want:    last,
-		},
-		{
-			name:    "a new node without annotation gets everything",
-			current: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "1"}},
-			want:    last,
-			expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "True", corev1.NodeMemoryPressure: "False"},
-		},
-	}
+		// expect are the condition statuses after the patch; nil: no patch.
+		expect map[corev1.NodeConditionType]corev1.ConditionStatus
+	}{{
+		name:    "unchanged status gives no patch",
+		current: written(t, last, others),
+		want:    last,
+	}, {
+		name:    "another writer's condition survives a change",
+		current: written(t, last, others),
+		want:    notReady,
+		expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "False", corev1.NodeMemoryPressure: "False", "example.com/Other": "True"},
+	}, {
+		name:    "a condition nodelet applied and no longer wants is removed",
+		current: written(t, last, others),
+		want:    onlyReady,
+		expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "True", "example.com/Other": "True"},
+	}, {
+		name:    "a new heartbeat is written",
+		current: written(t, last),
+		want:    heartbeat,
+		expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "True", corev1.NodeMemoryPressure: "False"},
+	}, {
+		name:    "another writer's status field survives",
+		current: withVolumes,
+		want:    notReady,
+		expect:  map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "False", corev1.NodeMemoryPressure: "False", "example.com/Other": "True"},
+	}, {
+		name: "a node without the annotation keeps others' conditions",
+		current: func() *corev1.Node {
+			n := written(t, last, others)
+			delete(n.Annotations, LastAppliedAnnotation)
+			return n
+		}(),
+		want:   onlyReady,
+		expect: map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: "True", corev1.NodeMemoryPressure: "False", "example.com/Other": "True"},
+	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			before := tt.current.DeepCopy()
 			patch, err := statusPatch(&tt.want, tt.current)
 			if err != nil {
 				t.Fatal(err)
@@ -108,80 +142,125 @@ func TestStatusPatch(t *testing.T) {
 			if patch == nil {
 				t.Fatal("no patch, want one")
 			}
-			var m struct {
+
+			var fields struct {
 				Metadata struct {
 					ResourceVersion string            `json:"resourceVersion"`
-					Annotations     map[string]string `json:"annotations"`
+					Labels          map[string]string `json:"labels"`
 				} `json:"metadata"`
+				Spec *json.RawMessage `json:"spec"`
 			}
-			if err := json.Unmarshal(patch, &m); err != nil {
+			if err := json.Unmarshal(patch, &fields); err != nil {
 				t.Fatal(err)
 			}
-			if m.Metadata.ResourceVersion != tt.current.ResourceVersion {
-				t.Errorf("patch resourceVersion = %q, want %q (never write from a stale base)", m.Metadata.ResourceVersion, tt.current.ResourceVersion)
+			if fields.Metadata.ResourceVersion != "7" {
+				t.Errorf("patch resourceVersion = %q, want the current node's 7", fields.Metadata.ResourceVersion)
 			}
-			got := patched(t, tt.current, patch)
-			if gotTypes := conditionTypes(got); len(gotTypes) != len(tt.expect) {
-				t.Errorf("conditions after patch = %v, want %v", gotTypes, tt.expect)
+			if fields.Spec != nil || fields.Metadata.Labels != nil {
+				t.Errorf("patch %s touches spec or labels", patch)
+			}
+
+			got := applyPatch(t, tt.current, patch)
+			if statuses := conditionStatuses(got); len(statuses) != len(tt.expect) {
+				t.Errorf("conditions after patch = %v, want %v", statuses, tt.expect)
 			} else {
 				for k, v := range tt.expect {
-					if gotTypes[k] != v {
-						t.Errorf("conditions after patch = %v, want %v", gotTypes, tt.expect)
+					if statuses[k] != v {
+						t.Errorf("conditions after patch = %v, want %v", statuses, tt.expect)
+						break
 					}
 				}
 			}
-			var rec corev1.NodeStatus
-			if err := json.Unmarshal([]byte(got.Annotations[LastAppliedAnnotation]), &rec); err != nil || len(rec.Conditions) != len(tt.want.Conditions) {
+			if rec := lastApplied(got); rec == nil || !equalStatus(rec, &tt.want) {
 				t.Errorf("last-applied annotation = %q, want the status written", got.Annotations[LastAppliedAnnotation])
+			}
+			if got.Annotations["someone/annotation"] != "y" || got.Labels["someone/label"] != "x" ||
+				got.Spec.PodCIDR != "10.0.0.0/24" || len(got.Spec.Taints) != 1 {
+				t.Errorf("patch changed what others own: %+v", got.ObjectMeta)
+			}
+			if len(got.Status.VolumesInUse) != len(before.Status.VolumesInUse) {
+				t.Errorf("volumesInUse = %v, want %v kept", got.Status.VolumesInUse, before.Status.VolumesInUse)
+			}
+			if again, err := statusPatch(&tt.want, got); err != nil || again != nil {
+				t.Errorf("second patch = %s, %v; want none once applied", again, err)
 			}
 		})
 	}
 }
 
-func TestSetConditionTimes(t *testing.T) {
-	past := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	previous := []corev1.NodeCondition{
-		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: past, LastHeartbeatTime: past},
-		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, LastTransitionTime: past, LastHeartbeatTime: past},
+func equalStatus(a, b *corev1.NodeStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func TestAdoptPatch(t *testing.T) {
+	ours := corev1.Taint{Key: "nodelet.io/dedicated", Value: "yes", Effect: corev1.TaintEffectNoSchedule}
+	theirs := corev1.Taint{Key: "node.kubernetes.io/unreachable", Effect: corev1.TaintEffectNoExecute}
+	desired := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"role": "sim"}, Annotations: map[string]string{"ours": "1"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{ours}},
 	}
-	status := &corev1.NodeStatus{Conditions: []corev1.NodeCondition{
-		{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
-		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue},
-		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse},
-	}}
-	setConditionTimes(status, previous, now)
-	for _, c := range status.Conditions {
-		if !c.LastHeartbeatTime.Equal(&now) {
-			t.Errorf("%s heartbeat = %v, want now", c.Type, c.LastHeartbeatTime)
-		}
+	tests := []struct {
+		name    string
+		current corev1.Node
+		noPatch bool
+	}{
+		{name: "bare node gets ours", current: corev1.Node{}},
+		{name: "others' metadata and taints are kept", current: corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"theirs": "a"}, Annotations: map[string]string{"theirs": "b"}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{theirs}},
+		}},
+		{name: "our label with another value is set", current: corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"role": "other"}, Annotations: map[string]string{"ours": "1"}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{ours}},
+		}},
+		{name: "nothing missing gives no patch", noPatch: true, current: corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"role": "sim", "theirs": "a"}, Annotations: map[string]string{"ours": "1"}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{theirs, {Key: ours.Key, Value: "other", Effect: ours.Effect}}},
+		}},
 	}
-	wantTransition := map[corev1.NodeConditionType]metav1.Time{
-		corev1.NodeReady:          past, // unchanged
-		corev1.NodeMemoryPressure: now,  // changed
-		corev1.NodeDiskPressure:   now,  // new
-	}
-	for _, c := range status.Conditions {
-		w := wantTransition[c.Type]
-		if !c.LastTransitionTime.Equal(&w) {
-			t.Errorf("%s transition = %v, want %v", c.Type, c.LastTransitionTime, w)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			current := tt.current.DeepCopy()
+			current.Name, current.ResourceVersion = "n", "3"
+			patch, err := adoptPatch(desired, current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.noPatch {
+				if patch != nil {
+					t.Errorf("patch = %s, want none", patch)
+				}
+				return
+			}
+			if !strings.Contains(string(patch), `"resourceVersion":"3"`) {
+				t.Errorf("patch %s lacks the current resourceVersion", patch)
+			}
+			got := applyPatch(t, current, patch)
+			for k, v := range tt.current.Labels {
+				if k != "role" && got.Labels[k] != v {
+					t.Errorf("label %s lost: %v", k, got.Labels)
+				}
+			}
+			for k, v := range tt.current.Annotations {
+				if got.Annotations[k] != v {
+					t.Errorf("annotation %s lost: %v", k, got.Annotations)
+				}
+			}
+			if got.Labels["role"] != "sim" || got.Annotations["ours"] != "1" {
+				t.Errorf("ours not added: labels %v annotations %v", got.Labels, got.Annotations)
+			}
+			if !hasTaint(got.Spec.Taints, ours) || len(got.Spec.Taints) != len(tt.current.Spec.Taints)+boolToInt(!hasTaint(tt.current.Spec.Taints, ours)) {
+				t.Errorf("taints = %v, want %v plus ours", got.Spec.Taints, tt.current.Spec.Taints)
+			}
+		})
 	}
 }
 
-func TestSetReady(t *testing.T) {
-	s := &corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}}
-	setReady(s, nil)
-	if s.Conditions[0].Reason != "KubeletReady" {
-		t.Errorf("a passing ping changed the provider's Ready: %+v", s.Conditions[0])
+func boolToInt(b bool) int {
+	if b {
+		return 1
 	}
-	setReady(s, errTest)
-	if c := s.Conditions[0]; c.Status != corev1.ConditionFalse || c.Reason != "ProviderPingFailed" {
-		t.Errorf("a failing ping left Ready %+v", c)
-	}
-	empty := &corev1.NodeStatus{}
-	setReady(empty, nil)
-	if len(empty.Conditions) != 1 || empty.Conditions[0].Status != corev1.ConditionTrue {
-		t.Errorf("no provider Ready: got %+v, want nodelet's Ready True", empty.Conditions)
-	}
+	return 0
 }

@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,109 +15,143 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// syncStatus registers the node if it is not yet, then reports its status
-// when it changed or when the report interval has passed.
-func (c *Controller) syncStatus(ctx context.Context, name string, n *nodeState) (time.Duration, error) {
-	interval := c.opts.StatusReportInterval
-	if !c.useLeases {
-		interval = c.opts.PingInterval
-	}
-	desired := c.desiredNode(ctx, n)
+// The Ready condition that nodelet sets itself.
+const (
+	reasonReady      = "NodeletReady"
+	messageReady     = "nodelet is posting ready status"
+	reasonPingFailed = "ProviderPingFailed"
+)
+
+// errNodeGone says the registered Node no longer exists (NotFound, or a Node
+// of the same name with another UID).
+var errNodeGone = errors.New("node was deleted or replaced; registering it again")
+
+// syncStatus is the status task. It registers the node if it is not yet,
+// then writes its status when it changed since the last write, when a
+// report is due, or when a write was asked for; otherwise it only checks.
+// It runs again within a ping interval, so that a change a provider does
+// not notify is still reported promptly.
+func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duration, error) {
+	desired := desiredNode(ctx, n)
 
 	n.mu.Lock()
-	registered := n.uid != ""
-	unchanged := n.reported != nil && equality.Semantic.DeepEqual(n.reported, withoutConditionTimes(&desired.Status))
-	recent := c.opts.Clock.Since(n.reportedAt) < interval*9/10
+	uid, applied, appliedAt, forced := n.uid, n.applied, n.appliedAt, n.forceReport
 	n.mu.Unlock()
-	if registered && unchanged && recent {
-		// A report was made lately and its timer is pending.
-		return 0, nil
-	}
 
-	if !registered {
-		uid, err := c.register(ctx, desired)
-		if err != nil {
-			return 0, err
+	if uid == "" {
+		var err error
+		if uid, err = c.register(ctx, desired); err != nil {
+			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
-		n.uid = uid
+		n.uid, n.lease, n.applied = uid, nil, nil
 		n.mu.Unlock()
+		applied = nil
 		if c.useLeases {
-			c.queue.Add(taskKey{node: name, task: taskLease})
+			c.queue.Add(taskKey{node: n.name, task: taskLease})
 		}
 	}
 
-	var written *corev1.NodeStatus
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		current, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+	interval := c.reportInterval()
+	check := min(interval, c.opts.PingInterval)
+	if applied != nil && !forced && !statusChanged(applied, &desired.Status) {
+		if wait := interval - c.opts.Clock.Since(appliedAt); wait > 0 {
+			return min(wait, check), nil
 		}
-		if current.UID != n.uidLocked() {
-			return errNodeReplaced
-		}
-		written, err = c.patchStatus(ctx, desired, current)
-		return err
-	})
-	if err == errNodeReplaced || apierrors.IsNotFound(err) {
-		// Someone deleted the node: register it again.
+	}
+
+	written, err := c.writeStatus(ctx, n.name, uid, &desired.Status)
+	if errors.Is(err, errNodeGone) {
 		n.mu.Lock()
-		n.uid, n.lease, n.reported = "", nil, nil
+		n.uid, n.lease, n.applied = "", nil, nil
 		n.mu.Unlock()
-		return 0, fmt.Errorf("node was deleted; registering it again")
+		return 0, err
 	}
 	if err != nil {
 		return 0, fmt.Errorf("report node status: %w", err)
 	}
 	n.mu.Lock()
-	first := n.reported == nil
-	n.reported = withoutConditionTimes(written)
-	n.reportedAt = c.opts.Clock.Now()
+	n.applied, n.appliedAt, n.forceReport = written, c.opts.Clock.Now(), false
 	n.mu.Unlock()
-	if first && !registered {
-		klog.FromContext(ctx).V(2).Info("Node registered")
-		c.markRegistered()
-		return spread(interval), nil
+	klog.FromContext(ctx).V(4).Info("Reported node status")
+	c.markReported(ctx, n)
+	return check, nil
+}
+
+// reportInterval is how often an unchanged status is written.
+func (c *Controller) reportInterval() time.Duration {
+	if c.useLeases {
+		return c.opts.StatusReportInterval
 	}
-	return interval, nil
+	return c.opts.PingInterval
 }
 
-var errNodeReplaced = fmt.Errorf("node was replaced")
-
-func (n *nodeState) uidLocked() types.UID {
+// forceReport makes the next status task write the status even when it did
+// not change, and runs it now. The lease task uses it when the Lease
+// vanished, which may mean the Node was deleted.
+func (c *Controller) forceReport(n *nodeState) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.uid
-}
-
-// desiredNode is the node as nodelet wants it: the template, described by
-// the provider, with nodelet's Ready condition.
-func (c *Controller) desiredNode(ctx context.Context, n *nodeState) *corev1.Node {
-	n.mu.Lock()
-	node := n.template.DeepCopy()
-	pingErr := n.pingErr
+	n.forceReport = true
 	n.mu.Unlock()
-	if node.Labels == nil {
-		node.Labels = map[string]string{}
-	}
-	n.provider.ConfigureNode(ctx, node)
-	setReady(&node.Status, pingErr)
-	return node
+	c.queue.Add(taskKey{node: n.name, task: taskStatus})
 }
 
-// setReady makes the Ready condition say what the ping says: False with the
-// ping's error while it fails, else the provider's own (or True).
+// writeStatus writes desired onto the Node with a three-way patch, from a
+// fresh copy of the Node each attempt, retrying on Conflict. It returns the
+// status written, with its condition times.
+func (c *Controller) writeStatus(ctx context.Context, name string, uid types.UID, desired *corev1.NodeStatus) (*corev1.NodeStatus, error) {
+	nodes := c.client.CoreV1().Nodes()
+	var written *corev1.NodeStatus
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return errNodeGone
+		}
+		if err != nil {
+			return fmt.Errorf("get node: %w", err)
+		}
+		if current.UID != uid {
+			return errNodeGone
+		}
+		status := desired.DeepCopy()
+		previous := current.Status.Conditions
+		if last := lastApplied(current); last != nil {
+			previous = last.Conditions
+		}
+		setConditionTimes(status, previous, metav1.NewTime(c.opts.Clock.Now()))
+		patch, err := statusPatch(status, current)
+		if err != nil {
+			return err
+		}
+		if patch != nil {
+			_, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+			if apierrors.IsNotFound(err) {
+				return errNodeGone
+			}
+			if err != nil {
+				return fmt.Errorf("patch node status: %w", err)
+			}
+		}
+		written = status
+		return nil
+	})
+	return written, err
+}
+
+// setReady gives nodelet's say on the Ready condition: while the ping fails
+// it is False with the ping's error; otherwise the provider's Ready stands,
+// or, when the provider gave none, Ready is True.
 func setReady(status *corev1.NodeStatus, pingErr error) {
 	ready := corev1.NodeCondition{
 		Type:    corev1.NodeReady,
 		Status:  corev1.ConditionTrue,
-		Reason:  "NodeletReady",
-		Message: "nodelet is posting ready status",
+		Reason:  reasonReady,
+		Message: messageReady,
 	}
 	if pingErr != nil {
 		ready.Status = corev1.ConditionFalse
-		ready.Reason = "ProviderPingFailed"
-		ready.Message = "provider ping failed: " + pingErr.Error()
+		ready.Reason = reasonPingFailed
+		ready.Message = pingErr.Error()
 	}
 	for i := range status.Conditions {
 		if status.Conditions[i].Type == corev1.NodeReady {
@@ -130,122 +164,32 @@ func setReady(status *corev1.NodeStatus, pingErr error) {
 	status.Conditions = append(status.Conditions, ready)
 }
 
-// register creates the node, or adopts the one that exists: our labels,
-// annotations and taints are added, and whatever others wrote is kept.
-func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.UID, error) {
-	nodes := c.client.CoreV1().Nodes()
-	current, err := nodes.Get(ctx, desired.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		created, err := nodes.Create(ctx, desired, metav1.CreateOptions{})
-		if err == nil {
-			klog.FromContext(ctx).V(2).Info("Created node")
-			return created.UID, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("create node: %w", err)
-		}
-		current, err = nodes.Get(ctx, desired.Name, metav1.GetOptions{})
-	}
-	if err != nil {
-		return "", fmt.Errorf("get node: %w", err)
-	}
-	patch, err := adoptPatch(desired, current)
-	if err != nil {
-		return "", err
-	}
-	if patch == nil {
-		klog.FromContext(ctx).V(2).Info("Adopted existing node")
-		return current.UID, nil
-	}
-	adopted, err := nodes.Patch(ctx, desired.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return "", fmt.Errorf("adopt node: %w", err)
-	}
-	klog.FromContext(ctx).V(2).Info("Adopted existing node; added our labels, annotations and taints")
-	return adopted.UID, nil
-}
-
-// adoptPatch is a merge patch adding desired's labels, annotations and
-// taints that current lacks, guarded by current's resourceVersion; nil when
-// nothing is missing.
-func adoptPatch(desired, current *corev1.Node) ([]byte, error) {
-	missing := func(want, have map[string]string) map[string]string {
-		out := map[string]string{}
-		for k, v := range want {
-			if got, ok := have[k]; !ok || got != v {
-				out[k] = v
-			}
-		}
-		return out
-	}
-	labels := missing(desired.Labels, current.Labels)
-	annotations := missing(desired.Annotations, current.Annotations)
-	taints := append([]corev1.Taint(nil), current.Spec.Taints...)
-	added := false
-	for _, t := range desired.Spec.Taints {
-		found := false
-		for _, have := range current.Spec.Taints {
-			found = found || (have.Key == t.Key && have.Effect == t.Effect)
-		}
-		if !found {
-			taints = append(taints, t)
-			added = true
-		}
-	}
-	if len(labels) == 0 && len(annotations) == 0 && !added {
-		return nil, nil
-	}
-	patch := map[string]any{"metadata": map[string]any{
-		"labels": labels, "annotations": annotations, "resourceVersion": current.ResourceVersion,
-	}}
-	if added {
-		patch["spec"] = map[string]any{"taints": taints}
-	}
-	data, err := json.Marshal(patch)
-	if err != nil {
-		return nil, fmt.Errorf("marshal adoption patch: %w", err)
-	}
-	return data, nil
-}
-
-// patchStatus writes desired's status onto current with a three-way patch
-// and returns the status it wrote.
-func (c *Controller) patchStatus(ctx context.Context, desired, current *corev1.Node) (*corev1.NodeStatus, error) {
-	now := metav1.NewTime(c.opts.Clock.Now())
-	status := desired.Status.DeepCopy()
-	setConditionTimes(status, current.Status.Conditions, now)
-	patch, err := statusPatch(status, current)
-	if err != nil {
-		return nil, err
-	}
-	if patch == nil {
-		return status, nil
-	}
-	_, err = c.client.CoreV1().Nodes().Patch(ctx, current.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return nil, err
-	}
-	klog.FromContext(ctx).V(4).Info("Reported node status")
-	return status, nil
-}
-
-// setConditionTimes stamps each condition's heartbeat with now, and keeps
-// its transition time when its status did not change since the last report.
+// setConditionTimes stamps every condition's heartbeat with now. A
+// condition keeps the transition time of the previous condition of its type
+// when its status is the same; otherwise it transitioned now.
 func setConditionTimes(status *corev1.NodeStatus, previous []corev1.NodeCondition, now metav1.Time) {
 	for i := range status.Conditions {
 		cond := &status.Conditions[i]
 		cond.LastHeartbeatTime = now
 		cond.LastTransitionTime = now
 		for _, prev := range previous {
-			if prev.Type == cond.Type && prev.Status == cond.Status && !prev.LastTransitionTime.IsZero() {
-				cond.LastTransitionTime = prev.LastTransitionTime
+			if prev.Type == cond.Type {
+				if prev.Status == cond.Status && !prev.LastTransitionTime.IsZero() {
+					cond.LastTransitionTime = prev.LastTransitionTime
+				}
+				break
 			}
 		}
 	}
 }
 
-// withoutConditionTimes returns a copy of status without condition times,
-// for telling a changed status from a merely newer one.
+// statusChanged tells whether desired differs from applied in more than
+// condition times.
+func statusChanged(applied, desired *corev1.NodeStatus) bool {
+	return !equality.Semantic.DeepEqual(withoutConditionTimes(applied), withoutConditionTimes(desired))
+}
+
+// withoutConditionTimes is a copy of status with zero condition times.
 func withoutConditionTimes(status *corev1.NodeStatus) *corev1.NodeStatus {
 	out := status.DeepCopy()
 	for i := range out.Conditions {

@@ -1,0 +1,139 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+// desiredNode is the node as nodelet wants it: the template, described by
+// the provider, with nodelet's say on the Ready condition. Condition times
+// are left for the status report to set.
+func desiredNode(ctx context.Context, n *nodeState) *corev1.Node {
+	node := n.template.DeepCopy()
+	n.provider.ConfigureNode(ctx, node)
+	n.mu.Lock()
+	pingErr := n.pingErr
+	n.mu.Unlock()
+	setReady(&node.Status, pingErr)
+	return node
+}
+
+// register makes sure the Node exists and carries nodelet's labels,
+// annotations and taints, and returns its UID. A missing Node is created
+// with the template and status; an existing one is adopted.
+func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.UID, error) {
+	logger := klog.FromContext(ctx)
+	nodes := c.client.CoreV1().Nodes()
+	current, err := nodes.Get(ctx, desired.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		create := desired.DeepCopy()
+		setConditionTimes(&create.Status, nil, metav1.NewTime(c.opts.Clock.Now()))
+		created, err := nodes.Create(ctx, create, metav1.CreateOptions{})
+		if err == nil {
+			logger.V(2).Info("Registered node")
+			return created.UID, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("create node: %w", err)
+		}
+		current = nil // created by someone else meanwhile: adopt it
+	} else if err != nil {
+		return "", fmt.Errorf("get node: %w", err)
+	}
+
+	var uid types.UID
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if current == nil {
+			if current, err = nodes.Get(ctx, desired.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+		patch, err := adoptPatch(desired, current)
+		if err != nil {
+			return err
+		}
+		if patch == nil {
+			uid = current.UID
+			return nil
+		}
+		adopted, err := nodes.Patch(ctx, desired.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			current = nil
+			return err
+		}
+		uid = adopted.UID
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("adopt existing node: %w", err)
+	}
+	logger.V(2).Info("Adopted existing node", "uid", uid)
+	return uid, nil
+}
+
+// adoptPatch is the strategic merge patch that adds to current the labels,
+// annotations and taints of desired that it lacks, or nil when none is
+// missing. A label or annotation with another value is set to desired's; a
+// taint counts as present when one with its key and effect exists. Nothing
+// is removed. Taints are a list replaced as a whole, so the patch carries
+// current's resourceVersion and fails with a Conflict on a newer node.
+func adoptPatch(desired, current *corev1.Node) ([]byte, error) {
+	labels := missingEntries(desired.Labels, current.Labels)
+	annotations := missingEntries(desired.Annotations, current.Annotations)
+	taints := append([]corev1.Taint(nil), current.Spec.Taints...)
+	for _, t := range desired.Spec.Taints {
+		if !hasTaint(taints, t) {
+			taints = append(taints, t)
+		}
+	}
+	addTaints := len(taints) > len(current.Spec.Taints)
+	if len(labels) == 0 && len(annotations) == 0 && !addTaints {
+		return nil, nil
+	}
+
+	meta := map[string]any{"resourceVersion": current.ResourceVersion}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	patch := map[string]any{"metadata": meta}
+	if addTaints {
+		patch["spec"] = map[string]any{"taints": taints}
+	}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("marshal adoption patch: %w", err)
+	}
+	return data, nil
+}
+
+// missingEntries are the entries of want that have is missing or holds with
+// another value.
+func missingEntries(want, have map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func hasTaint(taints []corev1.Taint, t corev1.Taint) bool {
+	for _, have := range taints {
+		if have.Key == t.Key && have.Effect == t.Effect {
+			return true
+		}
+	}
+	return false
+}
