@@ -32,7 +32,22 @@ func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duratio
 	}
 
 	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(c.opts.Clock.Now())
 	if lease == nil {
+		// Create first: a new node's Lease takes one write; an existing
+		// Lease is read and updated below.
+		fresh := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.name, Namespace: corev1.NamespaceNodeLease}}
+		c.setLease(fresh, n.name, uid, now)
+		created, err := leases.Create(ctx, fresh, metav1.CreateOptions{})
+		if err == nil {
+			n.mu.Lock()
+			n.lease = created
+			n.mu.Unlock()
+			return c.opts.RenewInterval, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return 0, fmt.Errorf("create lease: %w", err)
+		}
 		got, err := leases.Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return 0, fmt.Errorf("get lease: %w", err)
@@ -42,7 +57,6 @@ func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duratio
 		}
 	}
 
-	now := metav1.NewMicroTime(c.opts.Clock.Now())
 	var renewed *coordinationv1.Lease
 	var err error
 	if lease != nil {

@@ -28,26 +28,33 @@ func desiredNode(ctx context.Context, n *nodeState) *corev1.Node {
 
 // register makes sure the Node exists and carries nodelet's labels,
 // annotations and taints, and returns its UID. A missing Node is created
-// with the template and status; an existing one is adopted.
-func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.UID, error) {
+// with the template and its status in one write; the status so written is
+// returned too (nil when an existing Node was adopted, whose status is
+// still to be written).
+func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.UID, *corev1.NodeStatus, error) {
 	logger := klog.FromContext(ctx)
 	nodes := c.client.CoreV1().Nodes()
-	current, err := nodes.Get(ctx, desired.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		create := desired.DeepCopy()
-		setConditionTimes(&create.Status, nil, metav1.NewTime(c.opts.Clock.Now()))
-		created, err := nodes.Create(ctx, create, metav1.CreateOptions{})
-		if err == nil {
-			logger.V(2).Info("Registered node")
-			return created.UID, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("create node: %w", err)
-		}
-		current = nil // created by someone else meanwhile: adopt it
-	} else if err != nil {
-		return "", fmt.Errorf("get node: %w", err)
+	// Create first: on a fresh start that is the only write; on a restart
+	// it costs one refused request before the adoption below.
+	create := desired.DeepCopy()
+	setConditionTimes(&create.Status, nil, metav1.NewTime(c.opts.Clock.Now()))
+	record, err := json.Marshal(create.Status)
+	if err != nil {
+		return "", nil, fmt.Errorf("marshal node status: %w", err)
 	}
+	if create.Annotations == nil {
+		create.Annotations = map[string]string{}
+	}
+	create.Annotations[LastAppliedAnnotation] = string(record)
+	created, err := nodes.Create(ctx, create, metav1.CreateOptions{})
+	if err == nil {
+		logger.V(2).Info("Registered node")
+		return created.UID, &create.Status, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return "", nil, fmt.Errorf("create node: %w", err)
+	}
+	var current *corev1.Node
 
 	var uid types.UID
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -73,10 +80,10 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("adopt existing node: %w", err)
+		return "", nil, fmt.Errorf("adopt existing node: %w", err)
 	}
 	logger.V(2).Info("Adopted existing node", "uid", uid)
-	return uid, nil
+	return uid, nil, nil
 }
 
 // adoptPatch is the strategic merge patch that adds to current the labels,

@@ -40,16 +40,23 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 
 	if uid == "" {
 		var err error
-		if uid, err = c.register(ctx, desired); err != nil {
+		var created *corev1.NodeStatus
+		if uid, created, err = c.register(ctx, desired); err != nil {
 			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
-		n.uid, n.lease, n.applied = uid, nil, nil
+		n.uid, n.lease, n.applied = uid, nil, created
+		n.appliedAt, n.forceReport = c.opts.Clock.Now(), false
 		n.mu.Unlock()
-		applied = nil
 		if c.useLeases {
 			c.queue.Add(taskKey{node: n.name, task: taskLease})
 		}
+		if created != nil {
+			// Created with its status: that was the first report.
+			c.markReported(ctx, n)
+			return min(c.reportInterval(), c.opts.PingInterval), nil
+		}
+		applied = nil
 	}
 
 	interval := c.reportInterval()
