@@ -120,7 +120,7 @@ func SetDefaults(c *Config) {
 		c.KubeAPIBurst = 10000
 	}
 	if c.PodWorkers == 0 {
-		c.PodWorkers = 16
+		c.PodWorkers = 64
 	}
 	if c.Address == "" {
 		c.Address = "127.0.0.1"
