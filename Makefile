@@ -85,5 +85,6 @@ bench: build bin/kwok
 	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
 		--kwok-stages $$($(GO) env GOMODCACHE)/sigs.k8s.io/kwok@$(KWOK_VERSION)/kustomize/stage
 
-clean:
-	rm -rf bin
+# clean: stop what make run started, remove binaries and the local cluster.
+clean: stop
+	rm -rf bin $(LOCAL)
