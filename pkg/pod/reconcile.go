@@ -8,6 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 var metav1GetOptions = metav1.GetOptions{}
@@ -53,7 +55,7 @@ func decideLostPod(pod *corev1.Pod, canRestore bool) lostAction {
 		return finishDel
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nothing
-	case !started(pod):
+	case !provider.PodStarted(pod):
 		return createPod
 	case canRestore:
 		return restorePod
@@ -62,19 +64,6 @@ func decideLostPod(pod *corev1.Pod, canRestore bool) lostAction {
 	default:
 		return createPod
 	}
-}
-
-// started tells whether a provider ever reported the pod as started.
-func started(pod *corev1.Pod) bool {
-	if pod.Status.StartTime != nil {
-		return true
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Waiting == nil || cs.RestartCount > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // reconcileStartup runs once the cache has synced: pods the providers run

@@ -174,7 +174,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	switch {
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil
-	case !started(pod):
+	case !provider.PodStarted(pod):
 		return p.CreatePod(ctx, pod)
 	}
 	now := p.clock.Now()
@@ -223,19 +223,6 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 		p.armStart(ctx, st, gen, now, p.opts.StartDelay-now.Sub(startedAt))
 	}
 	return nil
-}
-
-// started tells whether the pod's last reported status shows it started.
-func started(pod *corev1.Pod) bool {
-	if pod.Status.StartTime != nil {
-		return true
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Waiting == nil || cs.RestartCount > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func sameUID(st *simPod, pod *corev1.Pod) error {
