@@ -168,6 +168,20 @@ func (c *cluster) waitNodesReady(ctx context.Context, n int, timeout time.Durati
 	return nil
 }
 
+// latest keeps the latest of the times it is shown, from many goroutines.
+type latest struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (l *latest) see(t time.Time) {
+	l.mu.Lock()
+	if t.After(l.t) {
+		l.t = t
+	}
+	l.mu.Unlock()
+}
+
 // parallel runs f(i) for i in [0, n) on workers goroutines.
 func parallel(n, workers int, f func(i int) error) error {
 	var next atomic.Int64
@@ -209,8 +223,7 @@ func (c *cluster) createKwokNodes(ctx context.Context, n int) ([]string, error) 
 
 // createPods creates m pods spread over nodes and waits until all run.
 func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p99, tail float64, err error) {
-	var lastMu sync.Mutex
-	var last time.Time
+	var last latest
 	err = parallel(m, 64, func(i int) error {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: benchNamespace},
@@ -228,11 +241,7 @@ func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p
 		c.created[pod.Name] = now
 		c.mu.Unlock()
 		c.podCount.Add(1)
-		lastMu.Lock()
-		if now.After(last) {
-			last = now
-		}
-		lastMu.Unlock()
+		last.see(now)
 		return nil
 	})
 	if err != nil {
@@ -262,24 +271,18 @@ func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p
 		}
 	}
 	s := sortedSeconds(lat)
-	return percentile(s, 0.5), percentile(s, 0.99), max(allRunning.Sub(last), 0).Seconds(), nil
+	return percentile(s, 0.5), percentile(s, 0.99), max(allRunning.Sub(last.t), 0).Seconds(), nil
 }
 
 // deletePods deletes the m pods gracefully and waits until all are gone.
 func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
-	var lastMu sync.Mutex
-	var last time.Time
+	var last latest
 	err := parallel(m, 64, func(i int) error {
 		err := c.client.CoreV1().Pods(benchNamespace).Delete(ctx, fmt.Sprintf("pod-%d", i), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		now := time.Now()
-		lastMu.Lock()
-		if now.After(last) {
-			last = now
-		}
-		lastMu.Unlock()
+		last.see(time.Now())
 		return nil
 	})
 	if err != nil {
@@ -292,7 +295,7 @@ func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return time.Since(last).Seconds(), nil
+	return time.Since(last.t).Seconds(), nil
 }
 
 // steady counts mutating API requests and lease lapses over d.
