@@ -1,9 +1,11 @@
 package e2e
 
 import (
-	"os"
+	"bytes"
+	"context"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,28 +13,44 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+// runNodelet runs bin/nodelet to completion (at most 30 s) and returns its
+// standard error.
+func runNodelet(t *testing.T, args ...string) (stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin/nodelet"), args...)
+	var buf bytes.Buffer
+	cmd.Stderr = &buf
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("nodelet %v still running after 30s, want it to exit at once:\n%s", args, buf.String())
+	}
+	return buf.String(), err
+}
 
 func TestBadInputExits(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
-		want string
+		want string // what stderr must name
 	}{
 		{"unreadable kubeconfig", []string{"--kubeconfig", "/nonexistent/kc", "--node-name", "n"}, "/nonexistent/kc"},
 		{"invalid node name", []string{"--kubeconfig", kubeconfig, "--node-name", "Bad_Name"}, "nodeName"},
 		{"unknown provider", []string{"--kubeconfig", kubeconfig, "--node-name", "n", "--provider", "nope"}, "provider"},
 		{"negative lease duration", []string{"--kubeconfig", kubeconfig, "--node-name", "n", "--node-lease-duration-seconds", "-1"}, "nodeLeaseDurationSeconds"},
+		{"unknown flag", []string{"--kubeconfig", kubeconfig, "--node-name", "n", "--no-such-flag"}, "no-such-flag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := exec.Command(filepath.Join(root, "bin/nodelet"), tt.args...).CombinedOutput()
+			t.Parallel()
+			stderr, err := runNodelet(t, tt.args...)
 			if err == nil {
 				t.Fatalf("nodelet %v exited 0, want an error", tt.args)
 			}
-			if !strings.Contains(string(out), tt.want) {
-				t.Errorf("nodelet %v said %q, want it to name %q", tt.args, out, tt.want)
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("nodelet %v said %q on stderr, want it to name %q", tt.args, stderr, tt.want)
 			}
 		})
 	}
@@ -40,14 +58,24 @@ func TestBadInputExits(t *testing.T) {
 
 func TestBadConfigFileNamesFieldAndFile(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "nodelet.yaml")
-	if err := writeFile(path, "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\nnodeName: n\npingIntervall: 5s\n"); err != nil {
-		t.Fatal(err)
+	path := writeFile(t, "nodelet.yaml", "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\nnodeName: n\npingIntervall: 5s\n")
+	stderr, err := runNodelet(t, "--kubeconfig", kubeconfig, "--config", path)
+	if err == nil || !strings.Contains(stderr, "pingIntervall") || !strings.Contains(stderr, path) {
+		t.Errorf("unknown config field: err %v, stderr %q; want an error naming the field and the file", err, stderr)
 	}
-	out, err := exec.Command(filepath.Join(root, "bin/nodelet"), "--kubeconfig", kubeconfig, "--config", path).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "pingIntervall") || !strings.Contains(string(out), path) {
-		t.Errorf("unknown config field: err %v, output %q; want an error naming the field and the file", err, out)
+}
+
+var retryLine = regexp.MustCompile(`(?i)retry|backoff|connection refused`)
+
+// retryLines counts the log lines that tell of a failed attempt.
+func retryLines(log string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if retryLine.MatchString(line) {
+			n++
+		}
 	}
+	return n
 }
 
 func TestAPIServerDownIsRetried(t *testing.T) {
@@ -64,12 +92,14 @@ func TestAPIServerDownIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := startNodelet(t, uniqueName(t), "--kubeconfig", path)
-	eventually(t, 30*time.Second, "retries logged", func() (bool, string) {
-		return strings.Count(a.logText(), "connection refused") >= 2, lastLines(a.logText(), 5)
+	eventually(t, 60*time.Second, "two retries logged", func() (bool, string) {
+		if done, err := a.exited(); done {
+			t.Fatalf("nodelet exited while the API server was down: %v\n%s", err, lastLines(a.logText(), 20))
+		}
+		return retryLines(a.logText()) >= 2, lastLines(a.logText(), 5)
 	})
-	select {
-	case err := <-a.done:
+	if done, err := a.exited(); done {
 		t.Fatalf("nodelet exited while the API server was down: %v", err)
-	default:
 	}
+	a.stop() // fails the test unless it exits 0
 }

@@ -1,13 +1,17 @@
 // Package e2e tests nodelet against a real control plane (bin/controlplane
 // up), driven by the real kubectl of the same release. Every test works in
-// its own namespace with its own node names and removes them afterwards.
+// its own namespace with its own node names and removes them afterwards, so
+// the suite can run twice in a row against the same cluster.
+//
+// Set NODELET_E2E_KUBECONFIG to the admin kubeconfig of a running cluster to
+// use it instead of starting a control plane.
 package e2e
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +30,7 @@ import (
 
 var (
 	root       string // repository root
-	kubeconfig string
+	kubeconfig string // admin kubeconfig of the cluster under test
 	client     kubernetes.Interface
 )
 
@@ -46,21 +50,32 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	kubeconfig = os.Getenv("NODELET_E2E_KUBECONFIG")
-	if kubeconfig == "" {
-		stop, kc, err := startControlPlane()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
+	if kubeconfig = os.Getenv("NODELET_E2E_KUBECONFIG"); kubeconfig != "" {
+		if _, err := os.Stat(kubeconfig); err != nil {
+			fmt.Fprintf(os.Stderr, "NODELET_E2E_KUBECONFIG: %v\n", err)
 			return 1
 		}
-		defer stop()
-		kubeconfig = kc
+		return runTests(m)
 	}
+	cp, err := startControlPlane()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kubeconfig = filepath.Join(cp.dir, "admin.kubeconfig")
+	code := 1
+	defer func() { cp.stop(code != 0) }()
+	code = runTests(m)
+	return code
+}
+
+func runTests(m *testing.M) int {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	cfg.QPS, cfg.Burst = 200, 400
 	if client, err = kubernetes.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -68,6 +83,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// repoRoot walks up from the working directory to nodelet's go.mod.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -80,166 +96,234 @@ func repoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no nodelet go.mod above the working directory")
+			return "", errors.New("no go.mod of github.com/nodelet/nodelet above the working directory")
 		}
 		dir = parent
 	}
 }
 
-// startControlPlane runs bin/controlplane up in a temporary directory until
-// stop is called.
-func startControlPlane() (stop func(), kubeconfig string, err error) {
+// controlPlane is a running bin/controlplane up.
+type controlPlane struct {
+	dir  string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, once done is closed
+}
+
+// startControlPlane runs bin/controlplane up in a temporary directory and
+// waits until it is ready.
+func startControlPlane() (*controlPlane, error) {
 	dir, err := os.MkdirTemp("", "nodelet-e2e-")
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	log, err := os.Create(filepath.Join(dir, "up.log"))
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(root, "bin/controlplane"), "up", "--dir", dir)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
+	cp := &controlPlane{dir: dir, log: log, done: make(chan struct{})}
+	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), "up", "--dir", dir)
+	cp.cmd.Stdout, cp.cmd.Stderr = log, log
+	cp.cmd.SysProcAttr = stopWithParent()
+	if err := cp.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		log.Close()
-		os.RemoveAll(dir)
-	}
+	go func() { cp.err = cp.cmd.Wait(); close(cp.done) }()
+
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
-			return stop, filepath.Join(dir, "admin.kubeconfig"), nil
+			return cp, nil
 		}
 		select {
-		case err := <-done:
+		case <-cp.done:
 			out, _ := os.ReadFile(log.Name())
-			return nil, "", fmt.Errorf("control plane exited: %v\n%s", err, out)
+			return nil, fmt.Errorf("control plane exited before it was ready: %v\n%s", cp.err, out)
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return nil, "", fmt.Errorf("control plane not ready after 5 minutes")
+			cp.stop(true)
+			return nil, fmt.Errorf("control plane not ready after 5 minutes; logs in %s", dir)
 		}
 	}
 }
 
-// kubectl runs the control plane's kubectl and fails the test on error.
+// stop sends SIGTERM and waits for a clean exit. The directory is removed
+// unless keep is set (tests failed: its logs/ may tell why).
+func (cp *controlPlane) stop(keep bool) {
+	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-cp.done:
+	case <-time.After(60 * time.Second):
+		fmt.Fprintln(os.Stderr, "control plane did not stop within 60s of SIGTERM; killing it")
+		_ = cp.cmd.Process.Kill()
+		<-cp.done
+	}
+	cp.log.Close()
+	if keep {
+		fmt.Fprintf(os.Stderr, "control plane logs kept in %s\n", cp.dir)
+		return
+	}
+	_ = os.RemoveAll(cp.dir)
+}
+
+// kubectl runs the control plane's kubectl and returns its standard output.
+// It fails the test, with kubectl's standard error, if kubectl fails.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := kubectlErr(args...)
 	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
 	}
 	return out
 }
 
+// kubectlErr runs the control plane's kubectl and returns its standard
+// output; the error carries the standard error.
 func kubectlErr(args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(root, "bin/controlplane"), append([]string{"kubectl", "--kubeconfig", kubeconfig}, args...)...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin/controlplane"), append([]string{"kubectl", "--kubeconfig", kubeconfig}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
-// eventually polls cond every 200ms until it holds or timeout passes.
+// eventually polls cond every 200ms until it holds, and fails the test if it
+// still does not hold after timeout. cond's message says what it saw last.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	last := ""
 	for {
 		ok, msg := cond()
 		if ok {
 			return
 		}
-		last = msg
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s; last: %s", what, timeout, last)
+			t.Fatalf("%s: not true after %s; last seen: %s", what, timeout, msg)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
+// randSuffix is 5 random lowercase letters and digits.
 func randSuffix() string {
-	b := make([]byte, 3)
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, 5)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)[:5]
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
 }
 
-// uniqueName is a DNS-safe name for this test's objects.
+// uniqueName is a DNS-label name for this test's node or namespace:
+// e2e-<short test name>-<5 random characters>.
 func uniqueName(t *testing.T) string {
 	base := strings.ToLower(strings.TrimPrefix(t.Name(), "Test"))
-	base = strings.NewReplacer("/", "-", "_", "-").Replace(base)
+	base = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, base)
 	if len(base) > 30 {
 		base = base[:30]
 	}
 	return "e2e-" + strings.Trim(base, "-") + "-" + randSuffix()
 }
 
-// newNamespace creates a namespace removed when the test ends.
+// newNamespace creates a namespace that is deleted when the test ends.
+// Create it after the test's agents: cleanups run last-in first-out, so the
+// namespace's pods are then deleted while their agents still run them.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	ns := uniqueName(t)
 	kubectl(t, "create", "namespace", ns)
 	t.Cleanup(func() {
-		_, _ = kubectlErr("delete", "namespace", ns, "--wait=false")
+		if _, err := kubectlErr("delete", "namespace", ns, "--ignore-not-found", "--timeout=90s"); err != nil {
+			t.Logf("namespace %s not deleted yet: %v", ns, err)
+		}
 	})
 	return ns
 }
 
-// agent is one running bin/nodelet.
+// agent is one bin/nodelet process; start and stop may be repeated.
 type agent struct {
-	t    *testing.T
-	node string
-	args []string
-	cmd  *exec.Cmd
-	log  string
-	done chan error
+	t      *testing.T
+	node   string
+	args   []string
+	cmd    *exec.Cmd
+	logDir string        // where its logs go
+	log    string        // its standard output and error, one file per start
+	done   chan struct{} // closed when the process has exited; nil when not started
+	err    error         // the exit status, once done is closed
 }
 
-// startNodelet runs bin/nodelet for node with extra flags. When the test
-// ends it is stopped and its Node and Lease are deleted.
+// startNodelet runs bin/nodelet for node with the sim provider and extra
+// flags (later flags win). When the test ends the agent is stopped, its log
+// is printed if the test failed, and its Node and Lease are deleted.
 func startNodelet(t *testing.T, node string, extra ...string) *agent {
 	t.Helper()
 	a := &agent{t: t, node: node, args: append([]string{"--kubeconfig", kubeconfig, "--node-name", node, "--provider", "sim"}, extra...)}
-	a.start()
+	// The log directory first: its removal, a cleanup too, must run after
+	// ours has printed the log.
+	a.logDir = t.TempDir()
 	t.Cleanup(func() {
 		a.stop()
-		if t.Failed() {
-			out, _ := os.ReadFile(a.log)
-			t.Logf("nodelet log for %s:\n%s", node, lastLines(string(out), 60))
+		if t.Failed() && a.log != "" {
+			t.Logf("nodelet log for %s (%s):\n%s", node, a.log, lastLines(a.logText(), 80))
 		}
 		ctx := context.Background()
-		_ = client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
-		_ = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, node, metav1.DeleteOptions{})
+		if err := client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("delete node %s: %v", node, err)
+		}
+		if err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Logf("delete lease %s: %v", node, err)
+		}
 	})
+	a.start()
 	return a
 }
 
+// start runs the agent again with the same flags and a new log file.
 func (a *agent) start() {
 	a.t.Helper()
-	f, err := os.CreateTemp(a.t.TempDir(), "nodelet-*.log")
+	f, err := os.CreateTemp(a.logDir, "nodelet-*.log")
 	if err != nil {
 		a.t.Fatal(err)
 	}
 	a.log = f.Name()
 	a.cmd = exec.Command(filepath.Join(root, "bin/nodelet"), a.args...)
 	a.cmd.Stdout, a.cmd.Stderr = f, f
+	a.cmd.SysProcAttr = stopWithParent()
 	if err := a.cmd.Start(); err != nil {
-		a.t.Fatal(err)
+		f.Close()
+		a.t.Fatalf("start nodelet: %v", err)
 	}
-	a.done = make(chan error, 1)
-	go func() { a.done <- a.cmd.Wait(); f.Close() }()
+	done := make(chan struct{})
+	a.done, a.err = done, nil
+	go func() { a.err = a.cmd.Wait(); f.Close(); close(done) }()
 }
 
-// stop sends SIGTERM and checks that the agent exits cleanly.
+// exited says whether the agent has exited on its own, and how.
+func (a *agent) exited() (bool, error) {
+	if a.done == nil {
+		return false, nil
+	}
+	select {
+	case <-a.done:
+		return true, a.err
+	default:
+		return false, nil
+	}
+}
+
+// stop sends SIGTERM and checks that the agent exits with status 0.
 func (a *agent) stop() {
 	a.t.Helper()
 	if a.done == nil {
@@ -247,9 +331,9 @@ func (a *agent) stop() {
 	}
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-a.done:
-		if err != nil {
-			a.t.Errorf("nodelet %s exited with %v", a.node, err)
+	case <-a.done:
+		if a.err != nil {
+			a.t.Errorf("nodelet %s exited with %v after SIGTERM, want status 0", a.node, a.err)
 		}
 	case <-time.After(30 * time.Second):
 		_ = a.cmd.Process.Kill()
@@ -265,7 +349,7 @@ func (a *agent) logText() string {
 }
 
 func lastLines(s string, n int) string {
-	lines := strings.Split(s, "\n")
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
@@ -291,14 +375,22 @@ func waitReady(t *testing.T, node string, timeout time.Duration) {
 	t.Helper()
 	eventually(t, timeout, "node "+node+" Ready", func() (bool, string) {
 		c, err := nodeCondition(node, corev1.NodeReady)
-		if err != nil {
+		switch {
+		case err != nil:
 			return false, err.Error()
-		}
-		if c == nil {
+		case c == nil:
 			return false, "no Ready condition"
 		}
 		return c.Status == corev1.ConditionTrue, fmt.Sprintf("Ready=%s %s", c.Status, c.Reason)
 	})
 }
 
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+// writeFile writes a file for kubectl or nodelet to read.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,13 @@ import (
 func TestLeastPrivilegeRBAC(t *testing.T) {
 	manifest := filepath.Join(root, "deploy/rbac.yaml")
 	kubectl(t, "apply", "-f", manifest)
-	t.Cleanup(func() { _, _ = kubectlErr("delete", "-f", manifest, "--wait=false") })
+	// Wait for the deletion (its namespace above all), so that a second run
+	// of the suite can apply the manifest again.
+	t.Cleanup(func() {
+		if _, err := kubectlErr("delete", "-f", manifest, "--ignore-not-found", "--timeout=90s"); err != nil {
+			t.Logf("deploy/rbac.yaml not deleted yet: %v", err)
+		}
+	})
 
 	token := strings.TrimSpace(kubectl(t, "create", "token", "nodelet", "-n", "nodelet-system", "--duration=1h"))
 	admin, err := clientcmd.LoadFromFile(kubeconfig)
@@ -35,15 +42,21 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 	}
 
 	node := uniqueName(t)
-	ns := newNamespace(t)
 	a := startNodelet(t, node, "--kubeconfig", path)
+	ns := newNamespace(t)
 	waitReady(t, node, 20*time.Second)
 	apply(t, ns, deployment("rbac", node, 2))
 	kubectl(t, "rollout", "status", "-n", ns, "deployment/rbac", "--timeout=60s")
 	kubectl(t, "scale", "-n", ns, "deployment/rbac", "--replicas=0")
 	eventually(t, 30*time.Second, "pods gone", func() (bool, string) {
-		n := len(podList(t, ns))
-		return n == 0, "pods left"
+		n := len(podList(t, ns).Items)
+		return n == 0, fmt.Sprintf("%d pods left", n)
+	})
+	// Events: a pod the node cannot admit gets a Warning Event.
+	apply(t, ns, hugePod(node))
+	eventually(t, 20*time.Second, "a Warning event written with the ServiceAccount's rights", func() (bool, string) {
+		out, _ := kubectlErr("get", "events", "-n", ns, "--field-selector", "involvedObject.name=huge", "-o", "jsonpath={.items[*].reason}")
+		return strings.Contains(out, "OutOfcpu"), out
 	})
 	if log := a.logText(); strings.Contains(log, "forbidden") {
 		t.Errorf("nodelet was refused something with the RBAC of deploy/rbac.yaml:\n%s", lastLines(log, 30))

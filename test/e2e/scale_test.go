@@ -43,9 +43,9 @@ func cleanupFleet(t *testing.T, fleet string, n int) {
 func TestManyNodesRunADeployment(t *testing.T) {
 	const nodes, replicas = 200, 2000
 	fleet := uniqueName(t)
+	cleanupFleet(t, fleet, nodes) // after the agent stopped: cleanups run last-in first-out
+	startNodelet(t, fleet, "--nodes", strconv.Itoa(nodes), "--node-labels", "e2e/fleet="+fleet)
 	ns := newNamespace(t)
-	a := startNodelet(t, fleet, "--nodes", strconv.Itoa(nodes), "--node-labels", "e2e/fleet="+fleet)
-	cleanupFleet(t, fleet, nodes)
 	eventually(t, 60*time.Second, "all nodes Ready", func() (bool, string) {
 		total, ready := fleetNodes(t, fleet)
 		return ready == nodes, fmt.Sprintf("%d of %d nodes, %d Ready", total, nodes, ready)
@@ -70,12 +70,14 @@ spec:
         image: nodelet.io/sample:1
         command: ["sleep", "infinity"]
 `, replicas, fleet))
-	kubectl(t, "rollout", "status", "-n", ns, "deployment/big", "--timeout=300s")
+	if _, err := kubectlErr("rollout", "status", "-n", ns, "deployment/big", "--timeout=300s"); err != nil {
+		t.Fatalf("rollout of %d replicas on %d nodes: %v\npods: %s", replicas, nodes, err, podSummary(t, ns))
+	}
 	if got := kubectl(t, "get", "deployment", "-n", ns, "big", "-o", "jsonpath={.status.availableReplicas}"); got != strconv.Itoa(replicas) {
 		t.Fatalf("availableReplicas = %s, want %d", got, replicas)
 	}
 	spread := map[string]bool{}
-	for _, p := range podList(t, ns) {
+	for _, p := range podList(t, ns).Items {
 		spread[p.Spec.NodeName] = true
 	}
 	if len(spread) < nodes/2 {
@@ -84,10 +86,9 @@ spec:
 
 	kubectl(t, "scale", "-n", ns, "deployment/big", "--replicas=0")
 	eventually(t, 180*time.Second, "all pods gone", func() (bool, string) {
-		n := len(podList(t, ns))
+		n := len(podList(t, ns).Items)
 		return n == 0, fmt.Sprintf("%d pods left", n)
 	})
-	_ = a
 }
 
 var managedRE = regexp.MustCompile(`"Node controller started".* nodes=(\d+)`)
@@ -95,12 +96,12 @@ var managedRE = regexp.MustCompile(`"Node controller started".* nodes=(\d+)`)
 func TestShardsManageEveryNodeOnce(t *testing.T) {
 	const nodes = 60
 	fleet := uniqueName(t)
+	cleanupFleet(t, fleet, nodes) // after the agents stopped: cleanups run last-in first-out
 	var agents []*agent
 	for i := range 2 {
 		agents = append(agents, startNodelet(t, fmt.Sprintf("%s-shard%d", fleet, i), "--node-name", fleet,
 			"--nodes", strconv.Itoa(nodes), "--shard", fmt.Sprintf("%d/2", i), "--node-labels", "e2e/fleet="+fleet))
 	}
-	cleanupFleet(t, fleet, nodes)
 	eventually(t, 60*time.Second, "all nodes Ready", func() (bool, string) {
 		total, ready := fleetNodes(t, fleet)
 		return ready == nodes, fmt.Sprintf("%d of %d nodes, %d Ready", total, nodes, ready)
@@ -120,4 +121,17 @@ func TestShardsManageEveryNodeOnce(t *testing.T) {
 	if sum != nodes {
 		t.Errorf("shards manage %d nodes together, want exactly %d", sum, nodes)
 	}
+}
+
+// podSummary counts the namespace's pods by phase, and how many are bound.
+func podSummary(t *testing.T, ns string) string {
+	count := map[string]int{}
+	for _, p := range podList(t, ns).Items {
+		bound := "unbound"
+		if p.Spec.NodeName != "" {
+			bound = "bound"
+		}
+		count[string(p.Status.Phase)+"/"+bound]++
+	}
+	return fmt.Sprint(count)
 }
