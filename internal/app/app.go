@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/node"
@@ -76,18 +78,35 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	names := make([]string, 0, len(managed))
 	nodes := make([]node.Node, 0, len(managed))
 	podProviders := make(map[string]provider.PodLifecycleHandler, len(managed))
+	simConditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
+	for _, c := range cfg.Sim.NodeConditions {
+		simConditions = append(simConditions, sim.NodeCondition{
+			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
+			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
+		})
+	}
 	for _, m := range managed {
 		name := m.name
 		names = append(names, name)
+		seed := fnv.New64a()
+		seed.Write([]byte(name)) // each node draws its own jitter, the same on every run
 		p, err := sim.New(sim.Options{
-			NodeName:    name,
-			PodCIDR:     m.podCIDR,
-			Address:     cfg.Address,
-			Port:        cfg.Port,
-			StartDelay:  cfg.Sim.StartDelay.Duration,
-			DeleteDelay: cfg.Sim.DeleteDelay.Duration,
-			Capacity:    cfg.Sim.Capacity,
-			Version:     Version,
+			NodeName:       name,
+			PodCIDR:        m.podCIDR,
+			Address:        cfg.Address,
+			Port:           cfg.Port,
+			StartDelay:     cfg.Sim.StartDelay.Duration,
+			StartJitter:    cfg.Sim.StartJitter.Duration,
+			DeleteDelay:    cfg.Sim.DeleteDelay.Duration,
+			DeleteJitter:   cfg.Sim.DeleteJitter.Duration,
+			CompleteRatio:  cfg.Sim.CompleteRatio,
+			FailRatio:      cfg.Sim.FailRatio,
+			RunDuration:    cfg.Sim.RunDuration.Duration,
+			RunJitter:      cfg.Sim.RunJitter.Duration,
+			NodeConditions: simConditions,
+			Seed:           seed.Sum64(),
+			Capacity:       cfg.Sim.Capacity,
+			Version:        Version,
 		})
 		if err != nil {
 			return fmt.Errorf("sim provider for node %s: %w", name, err)

@@ -74,17 +74,82 @@ type Config struct {
 	Sim SimConfig `json:"sim,omitempty"`
 }
 
-// SimConfig configures simulated pods and nodes.
+// SimConfig configures simulated pods and nodes. Left at their defaults,
+// pods run at once, terminate at once when deleted and never fail, and
+// nodes stay healthy.
 type SimConfig struct {
 	// PodCIDR is the range pod IPs are taken from. With several nodes,
 	// node i takes the i-th /24 of it.
 	PodCIDR string `json:"podCIDR,omitempty"`
 	// StartDelay is how long a pod stays Pending before it runs.
 	StartDelay metav1.Duration `json:"startDelay,omitempty"`
-	// DeleteDelay is how long a deleted pod takes to terminate.
+	// StartJitter adds to each pod's startDelay a random extra, uniform in
+	// [0, startJitter). Default 0.
+	StartJitter metav1.Duration `json:"startJitter,omitempty"`
+	// DeleteDelay is how long a deleted pod takes to terminate (at most its
+	// grace period).
 	DeleteDelay metav1.Duration `json:"deleteDelay,omitempty"`
+	// DeleteJitter adds to each pod's deleteDelay a random extra, uniform
+	// in [0, deleteJitter), before the grace period caps it. Default 0.
+	DeleteJitter metav1.Duration `json:"deleteJitter,omitempty"`
+	// CompleteRatio is the share of pods, in [0, 1], whose containers exit
+	// with code 0 (reason Completed) after runDuration. Which pods is
+	// decided by a hash of the pod UID, so an agent restart does not change
+	// it. With restartPolicy Never or OnFailure the pod then Succeeds; with
+	// Always its containers restart after a crash-loop back-off (10s,
+	// doubling with each restart up to 5m) and exit again after the next
+	// run. Default 0.
+	CompleteRatio float64 `json:"completeRatio,omitempty"`
+	// FailRatio is the share of pods, in [0, 1], whose containers exit with
+	// code 1 (reason Error) after runDuration, chosen like completeRatio's
+	// and never the same pods; completeRatio + failRatio is at most 1.
+	// With restartPolicy Never the pod then Fails; with OnFailure or Always
+	// its containers restart after the crash-loop back-off. Default 0.
+	FailRatio float64 `json:"failRatio,omitempty"`
+	// RunDuration is how long the containers of a completing or failing pod
+	// run each time before they exit. Default 10s when completeRatio or
+	// failRatio is set.
+	RunDuration metav1.Duration `json:"runDuration,omitempty"`
+	// RunJitter adds to each run a random extra, uniform in [0, runJitter).
+	// Default 0.
+	RunJitter metav1.Duration `json:"runJitter,omitempty"`
+	// NodeConditions are node conditions that a share of the nodes shows
+	// for a while on a schedule.
+	NodeConditions []SimNodeCondition `json:"nodeConditions,omitempty"`
 	// Capacity is the node's capacity (cpu, memory, pods, ephemeral-storage).
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+}
+
+// SimNodeCondition is a node condition that a share of the simulated
+// nodes shows for `for` out of every `every`, each node at its own offset
+// in the period so that they do not all flip together. Which nodes and
+// which offsets are decided by a hash of the node name and the entry's
+// index, so an agent restart does not change them; nodelet reports the
+// node status at each flip.
+type SimNodeCondition struct {
+	// Type is the condition type: Ready, MemoryPressure, DiskPressure,
+	// PIDPressure or any other. Required. Outside the window the four
+	// standard conditions are healthy; a condition of another type shows
+	// the opposite status (False, or True when status is False).
+	Type corev1.NodeConditionType `json:"type"`
+	// Status is the condition's status during the window: True, False or
+	// Unknown. Default False for Ready, True for any other type.
+	Status corev1.ConditionStatus `json:"status,omitempty"`
+	// Reason is the condition's reason during the window; it replaces the
+	// healthy one (Ready False shows it instead of KubeletReady). Default
+	// Simulated.
+	Reason string `json:"reason,omitempty"`
+	// Message is the condition's message during the window. Default: a
+	// message that says the condition is simulated, and on which schedule.
+	Message string `json:"message,omitempty"`
+	// Every is the period. Required.
+	Every metav1.Duration `json:"every"`
+	// For is how long the condition shows in each period, at most every
+	// (equal to every: all the time). Required.
+	For metav1.Duration `json:"for"`
+	// NodeRatio is the share of nodes, in [0, 1], that show the condition.
+	// Default 1.
+	NodeRatio *float64 `json:"nodeRatio,omitempty"`
 }
 
 // Default returns the configuration with every default filled in.
@@ -130,6 +195,25 @@ func SetDefaults(c *Config) {
 	}
 	if c.Sim.PodCIDR == "" {
 		c.Sim.PodCIDR = "100.64.0.0/10"
+	}
+	if c.Sim.CompleteRatio > 0 || c.Sim.FailRatio > 0 {
+		setDuration(&c.Sim.RunDuration, 10*time.Second)
+	}
+	for i := range c.Sim.NodeConditions {
+		nc := &c.Sim.NodeConditions[i]
+		if nc.Status == "" {
+			nc.Status = corev1.ConditionTrue
+			if nc.Type == corev1.NodeReady {
+				nc.Status = corev1.ConditionFalse
+			}
+		}
+		if nc.Reason == "" {
+			nc.Reason = "Simulated"
+		}
+		if nc.NodeRatio == nil {
+			one := 1.0
+			nc.NodeRatio = &one
+		}
 	}
 	defaults := corev1.ResourceList{
 		corev1.ResourceCPU:              resource.MustParse("32"),
@@ -239,11 +323,29 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 	for _, msg := range utilvalidation.IsValidCIDR(p.Child("podCIDR"), s.PodCIDR) {
 		errs = append(errs, msg)
 	}
-	if s.StartDelay.Duration < 0 {
-		errs = append(errs, field.Invalid(p.Child("startDelay"), s.StartDelay.Duration.String(), "must not be negative"))
+	for _, d := range []struct {
+		name string
+		v    metav1.Duration
+	}{
+		{"startDelay", s.StartDelay},
+		{"startJitter", s.StartJitter},
+		{"deleteDelay", s.DeleteDelay},
+		{"deleteJitter", s.DeleteJitter},
+		{"runDuration", s.RunDuration},
+		{"runJitter", s.RunJitter},
+	} {
+		if d.v.Duration < 0 {
+			errs = append(errs, field.Invalid(p.Child(d.name), d.v.Duration.String(), "must not be negative"))
+		}
 	}
-	if s.DeleteDelay.Duration < 0 {
-		errs = append(errs, field.Invalid(p.Child("deleteDelay"), s.DeleteDelay.Duration.String(), "must not be negative"))
+	errs = append(errs, validateRatio(p.Child("completeRatio"), s.CompleteRatio)...)
+	errs = append(errs, validateRatio(p.Child("failRatio"), s.FailRatio)...)
+	// A little slack for sums such as 0.7 + 0.3 that round above 1.
+	if sum := s.CompleteRatio + s.FailRatio; sum > 1+1e-9 {
+		errs = append(errs, field.Invalid(p.Child("failRatio"), s.FailRatio, fmt.Sprintf("completeRatio + failRatio must not exceed 1 (is %v)", sum)))
+	}
+	for i := range s.NodeConditions {
+		errs = append(errs, s.NodeConditions[i].validate(p.Child("nodeConditions").Index(i))...)
 	}
 	for name, q := range s.Capacity {
 		if q.Sign() < 0 {
@@ -251,6 +353,42 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+func (c *SimNodeCondition) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.Type == "" {
+		errs = append(errs, field.Required(p.Child("type"), "Ready, MemoryPressure, DiskPressure, PIDPressure or another condition type"))
+	} else {
+		for _, msg := range utilvalidation.IsQualifiedName(string(c.Type)) {
+			errs = append(errs, field.Invalid(p.Child("type"), c.Type, msg))
+		}
+	}
+	switch c.Status {
+	case corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("status"), c.Status, []string{"True", "False", "Unknown"}))
+	}
+	if c.Every.Duration <= 0 {
+		errs = append(errs, field.Invalid(p.Child("every"), c.Every.Duration.String(), "must be greater than 0"))
+	}
+	switch {
+	case c.For.Duration <= 0:
+		errs = append(errs, field.Invalid(p.Child("for"), c.For.Duration.String(), "must be greater than 0"))
+	case c.Every.Duration > 0 && c.For.Duration > c.Every.Duration:
+		errs = append(errs, field.Invalid(p.Child("for"), c.For.Duration.String(), "must not exceed every ("+c.Every.Duration.String()+")"))
+	}
+	if c.NodeRatio != nil {
+		errs = append(errs, validateRatio(p.Child("nodeRatio"), *c.NodeRatio)...)
+	}
+	return errs
+}
+
+func validateRatio(p *field.Path, r float64) field.ErrorList {
+	if r >= 0 && r <= 1 { // false for NaN
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, r, "must be between 0 and 1")}
 }
 
 // ParseShard parses "i/n" with 0 <= i < n.

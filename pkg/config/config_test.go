@@ -3,9 +3,14 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestDefaultsAreValid(t *testing.T) {
@@ -84,5 +89,127 @@ func TestLoadFileIsStrict(t *testing.T) {
 	}
 	if _, err := LoadFile(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestSimLifecycleDefaults(t *testing.T) {
+	c := Default()
+	if c.Sim.RunDuration.Duration != 0 || c.Sim.CompleteRatio != 0 || c.Sim.FailRatio != 0 || c.Sim.StartJitter.Duration != 0 || len(c.Sim.NodeConditions) != 0 {
+		t.Errorf("sim lifecycle defaults are not today's behaviour: %+v", c.Sim)
+	}
+
+	c = &Config{Sim: SimConfig{
+		FailRatio: 0.1,
+		NodeConditions: []SimNodeCondition{
+			{Type: corev1.NodeReady},
+			{Type: corev1.NodeDiskPressure, Reason: "Full", NodeRatio: ptr.To(0.0)},
+		},
+	}}
+	SetDefaults(c)
+	if c.Sim.RunDuration.Duration != 10*time.Second {
+		t.Errorf("runDuration with failRatio set = %v, want 10s", c.Sim.RunDuration.Duration)
+	}
+	ready, disk := c.Sim.NodeConditions[0], c.Sim.NodeConditions[1]
+	if ready.Status != corev1.ConditionFalse || ready.Reason != "Simulated" || ready.NodeRatio == nil || *ready.NodeRatio != 1 {
+		t.Errorf("Ready entry defaulted to %s %s %v", ready.Status, ready.Reason, ready.NodeRatio)
+	}
+	if disk.Status != corev1.ConditionTrue || disk.Reason != "Full" || *disk.NodeRatio != 0 {
+		t.Errorf("DiskPressure entry defaulted to %s %s %v", disk.Status, disk.Reason, *disk.NodeRatio)
+	}
+}
+
+func TestValidateSim(t *testing.T) {
+	tests := []struct {
+		name    string
+		sim     func(*SimConfig)
+		wantErr []string // field paths
+	}{
+		{name: "valid", sim: func(s *SimConfig) {
+			s.StartJitter.Duration, s.DeleteJitter.Duration, s.RunJitter.Duration = time.Second, time.Second, time.Second
+			s.CompleteRatio, s.FailRatio = 0.7, 0.3
+			s.NodeConditions = []SimNodeCondition{{Type: "example.com/Degraded", Every: metav1.Duration{Duration: time.Minute}, For: metav1.Duration{Duration: time.Minute}}}
+		}},
+		{name: "negative jitters", sim: func(s *SimConfig) {
+			s.StartJitter.Duration, s.DeleteJitter.Duration, s.RunJitter.Duration, s.RunDuration.Duration = -1, -1, -1, -1
+		}, wantErr: []string{"sim.startJitter", "sim.deleteJitter", "sim.runDuration", "sim.runJitter"}},
+		{name: "ratios out of range", sim: func(s *SimConfig) { s.CompleteRatio, s.FailRatio = -0.1, 1.1 },
+			wantErr: []string{"sim.completeRatio", "sim.failRatio"}},
+		{name: "ratios add up above 1", sim: func(s *SimConfig) { s.CompleteRatio, s.FailRatio = 0.6, 0.5 },
+			wantErr: []string{"sim.failRatio"}},
+		{name: "bad node conditions", sim: func(s *SimConfig) {
+			s.NodeConditions = []SimNodeCondition{
+				{Type: corev1.NodeReady, Every: metav1.Duration{Duration: time.Minute}, For: metav1.Duration{Duration: time.Second}},
+				{Type: "bad type!", Status: "Maybe", For: metav1.Duration{Duration: -time.Second}, NodeRatio: ptr.To(2.0)},
+				{Type: corev1.NodeReady, Every: metav1.Duration{Duration: time.Minute}, For: metav1.Duration{Duration: time.Hour}},
+			}
+		}, wantErr: []string{
+			"sim.nodeConditions[1].type", "sim.nodeConditions[1].status", "sim.nodeConditions[1].every",
+			"sim.nodeConditions[1].for", "sim.nodeConditions[1].nodeRatio", "sim.nodeConditions[2].for",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{NodeName: "n"}
+			tt.sim(&c.Sim)
+			SetDefaults(c)
+			errs := c.Validate()
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Field)
+			}
+			if strings.Join(got, ",") != strings.Join(tt.wantErr, ",") {
+				t.Errorf("errors on %v, want %v: %v", got, tt.wantErr, errs)
+			}
+		})
+	}
+}
+
+func TestLoadSimLifecycle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chaos.yaml")
+	data := `apiVersion: nodelet.io/v1alpha1
+kind: NodeletConfiguration
+nodeName: sim
+sim:
+  startDelay: 1s
+  startJitter: 4s
+  deleteDelay: 2s
+  deleteJitter: 3s
+  completeRatio: 0.2
+  failRatio: 0.05
+  runDuration: 1m
+  runJitter: 30s
+  nodeConditions:
+  - type: Ready
+    status: "False"
+    reason: ChaosMonkey
+    every: 10m
+    for: 1m
+    nodeRatio: 0.1
+  - type: MemoryPressure
+    every: 1h
+    for: 5m
+`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SetDefaults(c)
+	if errs := c.Validate(); len(errs) != 0 {
+		t.Fatalf("invalid: %v", errs)
+	}
+	s := c.Sim
+	if s.StartJitter.Duration != 4*time.Second || s.DeleteJitter.Duration != 3*time.Second || s.CompleteRatio != 0.2 || s.FailRatio != 0.05 ||
+		s.RunDuration.Duration != time.Minute || s.RunJitter.Duration != 30*time.Second {
+		t.Errorf("loaded %+v", s)
+	}
+	want := []SimNodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "ChaosMonkey", Every: metav1.Duration{Duration: 10 * time.Minute}, For: metav1.Duration{Duration: time.Minute}, NodeRatio: ptr.To(0.1)},
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: "Simulated", Every: metav1.Duration{Duration: time.Hour}, For: metav1.Duration{Duration: 5 * time.Minute}, NodeRatio: ptr.To(1.0)},
+	}
+	if !reflect.DeepEqual(s.NodeConditions, want) {
+		t.Errorf("node conditions\n got %+v\nwant %+v", s.NodeConditions, want)
 	}
 }

@@ -1,9 +1,12 @@
 // Package sim is the simulated provider: it owns the simulated pods of one
 // node — their status, their pod IPs and the node's resource accounting —
 // and describes that node. Nothing runs: a pod is a map entry that moves from
-// Pending to Running to Succeeded on timers of the injected clock, so 5,000
-// providers and 100,000 pods fit in one process (no goroutine per pod or per
-// node; a timer only when a delay is non-zero).
+// Pending to Running (and, for a configured share, to exits, restarts,
+// Succeeded or Failed) to terminated on timers of the injected clock, and the
+// node's conditions may flip on a schedule; so 5,000 providers and 100,000
+// pods fit in one process (no goroutine per pod or per node; at most one
+// timer per pod and one per node, and only while something is due; a timer
+// that fires has the next one armed by a short-lived goroutine).
 //
 // It never touches the API server, the host or the network: nodelet's
 // controllers read what it reports and write it to the API.
@@ -13,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -30,17 +34,25 @@ var (
 	_ provider.PodNotifier         = (*Provider)(nil)
 	_ provider.PodRestorer         = (*Provider)(nil)
 	_ provider.NodeProvider        = (*Provider)(nil)
+	_ provider.NodeNotifier        = (*Provider)(nil)
 )
 
 // DefaultVersion is the kubelet version a simulated node reports.
 const DefaultVersion = "v1.36.3-nodelet"
 
+// DefaultRunDuration is how long a pod that completes or fails runs when
+// Options.RunDuration is not set.
+const DefaultRunDuration = 10 * time.Second
+
 // Options configure one simulated node. NodeName and PodCIDR are required.
+// The zero value of every other field keeps pods simple: Running at once,
+// terminated at once when deleted, never failing, and the node always
+// healthy.
 type Options struct {
 	NodeName string
 	// PodCIDR is where pod IPs are allocated (network and broadcast
 	// addresses skipped, at most its first 65,536 addresses used); an IP is
-	// freed when its pod terminates.
+	// freed when its pod terminates or reaches Succeeded or Failed.
 	PodCIDR string
 	// Address is the node's InternalIP and the pods' hostIP.
 	Address string
@@ -48,9 +60,38 @@ type Options struct {
 	Port int32
 	// StartDelay is how long a pod stays Pending; 0 runs it at once.
 	StartDelay time.Duration
+	// StartJitter adds to each pod's StartDelay a random extra, uniform in
+	// [0, StartJitter).
+	StartJitter time.Duration
 	// DeleteDelay is how long a deleted pod takes to terminate, capped by its
-	// grace period; 0 terminates it at once.
+	// grace period; 0 terminates it at once. A pod that already Succeeded or
+	// Failed terminates at once.
 	DeleteDelay time.Duration
+	// DeleteJitter adds to each pod's DeleteDelay a random extra, uniform in
+	// [0, DeleteJitter), drawn once per pod (before the grace period cap).
+	DeleteJitter time.Duration
+	// CompleteRatio and FailRatio are the shares of pods, each in [0, 1] and
+	// together at most 1, whose containers exit once they have run for
+	// RunDuration (plus RunJitter): with exit code 0 and reason Completed, or
+	// exit code 1 and reason Error. Which pods is decided by a hash of the
+	// pod UID, so a pod restored after an agent restart keeps its fate. What
+	// follows is the kubelet's restart policy: with Never the pod Succeeds
+	// (exit 0) or Fails; with OnFailure a completed pod Succeeds and a
+	// failed one restarts; with Always both restart. A restart waits in
+	// CrashLoopBackOff (10 s, doubling with each restart up to 5 min), then
+	// runs the containers again with their restart count one higher.
+	CompleteRatio float64
+	FailRatio     float64
+	// RunDuration is how long the containers of a completing or failing pod
+	// run each time; default DefaultRunDuration.
+	RunDuration time.Duration
+	// RunJitter adds to each run a random extra, uniform in [0, RunJitter).
+	RunJitter time.Duration
+	// NodeConditions are node conditions that flip on a schedule.
+	NodeConditions []NodeCondition
+	// Seed seeds the jitter; nodes given different seeds draw different
+	// delays. The same seed and the same calls give the same delays.
+	Seed uint64
 	// Capacity is the node's capacity and allocatable; pods are admitted
 	// against its cpu, memory and pods. A resource left out is unlimited.
 	Capacity corev1.ResourceList
@@ -58,6 +99,33 @@ type Options struct {
 	Clock clock.WithDelayedExecution
 	// Version is the kubelet version in nodeInfo; default DefaultVersion.
 	Version string
+}
+
+// NodeCondition is a condition a share of the simulated nodes shows for For
+// out of every Every. Which nodes is decided by a hash of the node name and
+// the entry's index, and each chosen node has its own offset within the
+// period (a hash too, counted from the Unix epoch), so that the nodes do not
+// all flip together and an agent restart changes nothing.
+type NodeCondition struct {
+	// Type is the condition type: Ready, MemoryPressure, DiskPressure,
+	// PIDPressure or any other. Ready False or Unknown replaces the healthy
+	// Ready condition (and makes the node NotReady); a pressure True
+	// replaces its healthy False.
+	Type corev1.NodeConditionType
+	// Status is the status shown during the window: True, False or Unknown.
+	// Outside it the four standard types are healthy again; a condition of
+	// another type shows the opposite status (False, or True when Status is
+	// False) without reason or message.
+	Status corev1.ConditionStatus
+	// Reason and Message are shown during the window. An empty Message says
+	// that the condition is simulated and on which schedule.
+	Reason  string
+	Message string
+	// Every is the period and For the length of the window in it, with
+	// 0 < For <= Every (For == Every shows the condition all the time).
+	Every, For time.Duration
+	// NodeRatio is the share of nodes, in [0, 1], that show the condition.
+	NodeRatio float64
 }
 
 func (o *Options) validate() error {
@@ -70,11 +138,58 @@ func (o *Options) validate() error {
 			errs = append(errs, fmt.Errorf("address: %w", err))
 		}
 	}
-	if o.StartDelay < 0 {
-		errs = append(errs, fmt.Errorf("start delay %v must not be negative", o.StartDelay))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"start delay", o.StartDelay}, {"start jitter", o.StartJitter},
+		{"delete delay", o.DeleteDelay}, {"delete jitter", o.DeleteJitter},
+		{"run duration", o.RunDuration}, {"run jitter", o.RunJitter},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v must not be negative", d.name, d.v))
+		}
 	}
-	if o.DeleteDelay < 0 {
-		errs = append(errs, fmt.Errorf("delete delay %v must not be negative", o.DeleteDelay))
+	if !isRatio(o.CompleteRatio) {
+		errs = append(errs, fmt.Errorf("complete ratio %v must be between 0 and 1", o.CompleteRatio))
+	}
+	if !isRatio(o.FailRatio) {
+		errs = append(errs, fmt.Errorf("fail ratio %v must be between 0 and 1", o.FailRatio))
+	}
+	if o.CompleteRatio+o.FailRatio > 1+ratioSlack {
+		errs = append(errs, fmt.Errorf("complete ratio %v and fail ratio %v must not add up to more than 1", o.CompleteRatio, o.FailRatio))
+	}
+	for i, c := range o.NodeConditions {
+		if err := c.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("node condition %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ratioSlack absorbs rounding in sums of ratios such as 0.7 + 0.3.
+const ratioSlack = 1e-9
+
+func isRatio(r float64) bool { return r >= 0 && r <= 1 } // false for NaN
+
+func (c *NodeCondition) validate() error {
+	var errs []error
+	if c.Type == "" {
+		errs = append(errs, errors.New("type is required"))
+	}
+	switch c.Status {
+	case corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown:
+	default:
+		errs = append(errs, fmt.Errorf("status %q must be True, False or Unknown", c.Status))
+	}
+	if c.Every <= 0 {
+		errs = append(errs, fmt.Errorf("every %v must be positive", c.Every))
+	}
+	if c.For <= 0 || c.For > c.Every {
+		errs = append(errs, fmt.Errorf("for %v must be positive and at most every (%v)", c.For, c.Every))
+	}
+	if !isRatio(c.NodeRatio) {
+		errs = append(errs, fmt.Errorf("node ratio %v must be between 0 and 1", c.NodeRatio))
 	}
 	return errors.Join(errs...)
 }
@@ -83,28 +198,53 @@ func (o *Options) validate() error {
 type Provider struct {
 	opts  Options
 	clock clock.WithDelayedExecution
+	conds []nodeCond // the entries of opts.NodeConditions this node shows
 
-	mu     sync.Mutex
-	pods   map[string]*simPod // by namespace/name
-	ips    *ipAllocator
-	used   requests // sum of the admitted pods' requests
-	notify func(*corev1.Pod)
+	mu       sync.Mutex
+	pods     map[string]*simPod // by namespace/name
+	finished int                // pods in p.pods that Succeeded or Failed
+	ips      *ipAllocator
+	used     requests   // sum of the requests of the admitted, unfinished pods
+	rng      *rand.Rand // jitter
+	notify   func(*corev1.Pod)
 	// outbox holds notifications not yet delivered; draining is set while
 	// one caller delivers them, in order and without the lock.
 	outbox   []*corev1.Pod
 	draining bool
+
+	// nodeNotify asks nodelet to report the node status; nodeGen counts the
+	// calls of NotifyNodeStatus, flip is the one pending timer of the next
+	// condition flip.
+	nodeNotify func()
+	nodeGen    uint64
+	flip       *armed
+
+	// rearming counts goroutines that arm the next timer after one fired
+	// (see async); tests wait for them.
+	rearming sync.WaitGroup
 }
 
 // simPod is the whole state of one pod.
 type simPod struct {
-	pod *corev1.Pod // our copy: spec, metadata and current status
-	req requests    // what it was admitted with
-	ip  uint32      // allocator offset to release, 0 if none
-	// gen is bumped whenever the pending timer changes meaning; a timer acts
-	// only if the generation it was armed with is still current.
-	gen      uint64
+	pod     *corev1.Pod // our copy: spec, metadata and current status
+	req     requests    // what it was admitted with
+	ip      uint32      // allocator offset to release, 0 if none
+	outcome outcome
+	// deleteJitter is this pod's share of DeleteJitter, drawn once.
+	deleteJitter time.Duration
+	// finished is set once the pod Succeeded or Failed on its own: its
+	// requests and IP are released, it stays until deleted.
+	finished bool
 	deleting bool
-	deleteAt time.Time // when a deleting pod terminates
+	// step is what happens next to the pod, at stepAt; timer is armed for
+	// it while it is in the future.
+	step   step
+	stepAt time.Time
+	timer  *armed
+	// gen is bumped whenever the pod's schedule is replaced from outside (a
+	// delete); a timer or a catch-up acts only if the generation it started
+	// with is still current.
+	gen uint64
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -122,20 +262,25 @@ func New(opts Options) (*Provider, error) {
 	if opts.Version == "" {
 		opts.Version = DefaultVersion
 	}
+	if opts.RunDuration == 0 {
+		opts.RunDuration = DefaultRunDuration
+	}
 	opts.Capacity = opts.Capacity.DeepCopy()
 	return &Provider{
 		opts:  opts,
 		clock: opts.Clock,
+		conds: nodeConds(opts.NodeName, opts.NodeConditions),
 		pods:  make(map[string]*simPod),
 		ips:   ips,
+		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}, nil
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
 
 // CreatePod admits the pod against the node's capacity and starts it: Running
-// at once, or Pending for StartDelay. Creating a pod it already runs (same
-// UID) does nothing.
+// at once, or Pending for StartDelay (plus jitter). Creating a pod it already
+// runs (same UID) does nothing.
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	now := p.clock.Now()
 	p.mu.Lock()
@@ -144,7 +289,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return sameUID(st, pod)
 	}
 	req := podRequests(pod)
-	if err := p.admit(req, p.used, len(p.pods)); err != nil {
+	if err := p.admit(req, p.used, len(p.pods)-p.finished); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -153,14 +298,30 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return fmt.Errorf("create pod %s: %w", klog.KObj(pod), err)
 	}
-	st := &simPod{pod: pod.DeepCopy(), req: req, ip: off}
+	st := &simPod{
+		pod:          pod.DeepCopy(),
+		req:          req,
+		ip:           off,
+		outcome:      p.opts.outcomeOf(pod.UID),
+		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
+	}
 	setPending(st.pod, now, p.opts.Address, ip.String())
-	gen := p.add(st, now)
+	p.pods[key(pod.Namespace, pod.Name)] = st
+	p.used.add(st.req)
+	if delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter); delay > 0 {
+		st.step, st.stepAt = stepStart, now.Add(delay)
+	} else {
+		// Running in one notification, not Pending then Running.
+		p.startLocked(st, now)
+	}
+	p.queueNotify(st.pod)
+	gen, pending := st.gen, st.step != stepNone
 	p.unlockAndNotify()
 
-	klog.FromContext(ctx).V(4).Info("Created simulated pod", "pod", klog.KObj(pod), "podIP", ip)
-	if p.opts.StartDelay > 0 {
-		p.armStart(ctx, st, gen, now, p.opts.StartDelay)
+	logger := klog.FromContext(ctx)
+	logger.V(4).Info("Created simulated pod", "pod", klog.KObj(pod), "podIP", ip)
+	if pending {
+		p.schedule(logger, st, gen)
 	}
 	return nil
 }
@@ -168,8 +329,13 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 // RestorePod takes over a pod that nodelet ran before it restarted, from the
 // status it last reported: simulated workloads exist only on paper, so
 // nothing is lost. Start time, pod IP, container states and restart counts are
-// kept as they are; a pending pod goes on to Running after what remains of
-// StartDelay. A pod that never started is created; a finished one is ignored.
+// kept as they are, and so is the pod's fate (CompleteRatio, FailRatio): a
+// pending pod goes on to Running after what remains of StartDelay, a running
+// pod that completes or fails exits RunDuration after its containers
+// started, one in CrashLoopBackOff restarts when its back-off ends (steps
+// that fell due while the agent was away happen at once, at the times they
+// were due). A pod that never started is created; a finished one is
+// ignored.
 func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	switch {
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
@@ -183,7 +349,12 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return sameUID(st, pod)
 	}
-	st := &simPod{pod: pod.DeepCopy(), req: podRequests(pod)}
+	st := &simPod{
+		pod:          pod.DeepCopy(),
+		req:          podRequests(pod),
+		outcome:      p.opts.outcomeOf(pod.UID),
+		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
+	}
 	s := &st.pod.Status
 	if s.PodIP != "" {
 		if st.ip = p.ips.reserve(s.PodIP); st.ip == 0 {
@@ -212,17 +383,29 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	// Restored pods were admitted before: they count, but are never rejected.
 	p.pods[key(pod.Namespace, pod.Name)] = st
 	p.used.add(st.req)
-	st.gen++
-	gen := st.gen
+	if s.Phase == corev1.PodPending {
+		delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter)
+		st.step, st.stepAt = stepStart, latest(now, startedAt.Add(delay))
+	} else {
+		p.resumeLocked(st, now)
+	}
+	gen, pending := st.gen, st.step != stepNone
 	phase := s.Phase
 	p.mu.Unlock()
 
-	klog.FromContext(ctx).V(4).Info("Restored simulated pod", "pod", klog.KObj(pod), "phase", phase)
-	pending := phase != corev1.PodRunning
+	logger := klog.FromContext(ctx)
+	logger.V(4).Info("Restored simulated pod", "pod", klog.KObj(pod), "phase", phase)
 	if pending {
-		p.armStart(ctx, st, gen, now, p.opts.StartDelay-now.Sub(startedAt))
+		p.schedule(logger, st, gen)
 	}
 	return nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func sameUID(st *simPod, pod *corev1.Pod) error {
@@ -230,56 +413,6 @@ func sameUID(st *simPod, pod *corev1.Pod) error {
 		return nil
 	}
 	return fmt.Errorf("pod %s: the provider still runs pod UID %s, not %s", klog.KObj(pod), st.pod.UID, pod.UID)
-}
-
-// add stores a new pod and notifies its status. The caller holds the lock.
-func (p *Provider) add(st *simPod, now time.Time) uint64 {
-	p.pods[key(st.pod.Namespace, st.pod.Name)] = st
-	p.used.add(st.req)
-	st.gen++
-	if p.opts.StartDelay <= 0 {
-		setRunning(st.pod, now)
-	}
-	p.queueNotify(st.pod)
-	return st.gen
-}
-
-// armStart runs a pending pod after delay, or at once if delay is not
-// positive. It is called without the lock.
-func (p *Provider) armStart(ctx context.Context, st *simPod, gen uint64, now time.Time, delay time.Duration) {
-	p.mu.Lock()
-	if st.pod.Status.Phase != corev1.PodPending {
-		p.mu.Unlock()
-		return
-	}
-	if delay <= 0 {
-		p.startLocked(st, gen, now)
-		p.unlockAndNotify()
-		return
-	}
-	p.mu.Unlock()
-	logger := klog.FromContext(ctx)
-	at := now.Add(delay)
-	// The callback must not read the clock: a fake clock calls it holding
-	// its own lock. The pod starts at the time it was due.
-	p.clock.AfterFunc(delay, func() {
-		p.mu.Lock()
-		if p.startLocked(st, gen, at) {
-			logger.V(4).Info("Simulated pod is running", "pod", klog.KObj(st.pod))
-		}
-		p.unlockAndNotify()
-	})
-}
-
-// startLocked moves a pending pod to Running if it is still the pod the
-// timer was armed for. The caller holds the lock.
-func (p *Provider) startLocked(st *simPod, gen uint64, at time.Time) bool {
-	if p.pods[key(st.pod.Namespace, st.pod.Name)] != st || st.gen != gen || st.deleting || st.pod.Status.Phase != corev1.PodPending {
-		return false
-	}
-	setRunning(st.pod, at)
-	p.queueNotify(st.pod)
-	return true
 }
 
 // UpdatePod replaces the pod's spec and metadata; its status is kept.
@@ -300,18 +433,16 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// DeletePod stops the pod: after DeleteDelay, or its grace period if shorter,
-// every container has exited 0, the pod has Succeeded and is gone from the
-// provider; its final status is notified and its IP freed. Deleting again
-// may only bring the end closer. Deleting an unknown pod does nothing.
+// DeletePod stops the pod: after DeleteDelay (plus the pod's jitter), or its
+// grace period if shorter, every running container has exited 0 and the pod
+// is gone from the provider; its final status is notified and its IP freed.
+// The final phase is Succeeded, or Failed if a container's last exit was a
+// failure; a pod that had already finished keeps its status and goes at
+// once. Deleting again may only bring the end closer. Deleting an unknown
+// pod does nothing.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	logger := klog.FromContext(ctx)
 	now := p.clock.Now()
-	delay := p.opts.DeleteDelay
-	if g := gracePeriod(pod); g != nil {
-		delay = min(delay, max(*g, 0))
-	}
-	at := now.Add(delay)
 
 	p.mu.Lock()
 	st, ok := p.pods[key(pod.Namespace, pod.Name)]
@@ -325,30 +456,30 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 			st.pod.DeletionGracePeriodSeconds = ptr(*pod.DeletionGracePeriodSeconds)
 		}
 	}
-	if st.deleting && !at.Before(st.deleteAt) {
+	var delay time.Duration
+	if !st.finished {
+		delay = p.opts.DeleteDelay + st.deleteJitter
+		if g := gracePeriod(pod); g != nil {
+			delay = min(delay, max(*g, 0))
+		}
+	}
+	at := now.Add(delay)
+	if st.deleting && !at.Before(st.stepAt) {
 		p.mu.Unlock()
 		return nil
 	}
-	st.deleting, st.deleteAt = true, at
+	st.deleting = true
+	st.step, st.stepAt = stepTerminate, at
 	st.gen++
 	gen := st.gen
-	if delay <= 0 {
-		p.terminateLocked(st, gen, now)
-		p.unlockAndNotify()
-		logger.V(4).Info("Simulated pod terminated", "pod", klog.KObj(pod))
-		return nil
-	}
+	old := cancelLocked(&st.timer)
 	p.mu.Unlock()
+	stopTimer(old)
 
-	logger.V(4).Info("Stopping simulated pod", "pod", klog.KObj(pod), "delay", delay)
-	// As in armStart, the callback must not read the clock.
-	p.clock.AfterFunc(delay, func() {
-		p.mu.Lock()
-		if p.terminateLocked(st, gen, at) {
-			logger.V(4).Info("Simulated pod terminated", "pod", klog.KObj(st.pod))
-		}
-		p.unlockAndNotify()
-	})
+	if delay > 0 {
+		logger.V(4).Info("Stopping simulated pod", "pod", klog.KObj(pod), "delay", delay)
+	}
+	p.schedule(logger, st, gen)
 	return nil
 }
 
@@ -362,23 +493,6 @@ func gracePeriod(pod *corev1.Pod) *time.Duration {
 		return nil
 	}
 	return ptr(time.Duration(*s) * time.Second)
-}
-
-// terminateLocked ends a deleting pod if it is still the pod the timer was
-// armed for: it is removed, its IP and requests freed and its final status
-// notified. The caller holds the lock.
-func (p *Provider) terminateLocked(st *simPod, gen uint64, at time.Time) bool {
-	k := key(st.pod.Namespace, st.pod.Name)
-	if p.pods[k] != st || st.gen != gen || !st.deleting {
-		return false
-	}
-	delete(p.pods, k)
-	p.used.sub(st.req)
-	p.ips.release(st.ip)
-	st.ip = 0
-	setTerminated(st.pod, at)
-	p.queueNotify(st.pod)
-	return true
 }
 
 // GetPod returns a copy of the pod with its current status.

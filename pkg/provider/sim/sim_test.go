@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -684,6 +685,19 @@ func TestNew(t *testing.T) {
 		{"no name", Options{PodCIDR: "10.244.0.0/24"}, true},
 		{"bad address", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", Address: "x"}, true},
 		{"negative delay", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", StartDelay: -time.Second}, true},
+		{"negative jitter", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", RunJitter: -time.Second}, true},
+		{"ratios", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", CompleteRatio: 0.7, FailRatio: 0.3}, false},
+		{"ratio above 1", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", FailRatio: 1.5}, true},
+		{"ratio NaN", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", CompleteRatio: math.NaN()}, true},
+		{"ratios add up above 1", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", CompleteRatio: 0.6, FailRatio: 0.5}, true},
+		{"node condition", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", NodeConditions: []NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Every: time.Minute, For: time.Minute, NodeRatio: 0.5}}}, false},
+		{"node condition for above every", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", NodeConditions: []NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Every: time.Minute, For: time.Hour, NodeRatio: 1}}}, true},
+		{"node condition without status", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", NodeConditions: []NodeCondition{
+			{Type: corev1.NodeReady, Every: time.Minute, For: time.Second, NodeRatio: 1}}}, true},
+		{"node condition without period", Options{NodeName: "n", PodCIDR: "10.244.0.0/24", NodeConditions: []NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionFalse, NodeRatio: 1}}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -8,10 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The three statuses a simulated pod goes through, written the way the
-// kubelet writes them: pending (accepted, containers being created),
-// running (every container up and ready) and terminated (every container
-// exited 0 after the pod was deleted).
+// The statuses a simulated pod goes through, written the way the kubelet
+// writes them: pending (accepted, containers being created), running (every
+// container up and ready), for some pods exited (in CrashLoopBackOff, then
+// running again) and finished (Succeeded or Failed, on their own or after
+// the pod was deleted).
 
 // setPending gives a newly accepted pod its first status.
 func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
@@ -68,36 +70,135 @@ func setRunning(pod *corev1.Pod, now time.Time) {
 	}
 }
 
-// setTerminated stops every container at now with exit code 0, keeping the
-// time it started; the pod has succeeded.
-func setTerminated(pod *corev1.Pod, now time.Time) {
+// setFinished ends the pod at now: containers still running stop with exit
+// code 0 (they were asked to), keeping the time they started; containers
+// waiting in CrashLoopBackOff keep their last termination as their state,
+// and waiting ones that never ran end with exit code 0; containers that
+// already terminated stay as they were. The pod has Succeeded if every
+// container ended with exit code 0, else Failed; the phase is returned.
+func setFinished(pod *corev1.Pod, now time.Time) corev1.PodPhase {
 	t := metav1.NewTime(now)
 	s := &pod.Status
-	s.Phase = corev1.PodSucceeded
+	phase := corev1.PodSucceeded
 	for _, statuses := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
 		for i := range statuses {
 			cs := &statuses[i]
-			if cs.State.Terminated != nil {
-				continue // a completed init container stays as it was
+			switch {
+			case cs.State.Terminated != nil:
+				// A completed init container, or a run that ended.
+			case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+				cs.State = corev1.ContainerState{Terminated: cs.LastTerminationState.Terminated.DeepCopy()}
+			default:
+				var started metav1.Time
+				if cs.State.Running != nil {
+					started = cs.State.Running.StartedAt
+				}
+				cs.State = corev1.ContainerState{Terminated: terminated(0, started, t, cs.ContainerID)}
 			}
-			var started metav1.Time
-			if cs.State.Running != nil {
-				started = cs.State.Running.StartedAt
+			if cs.State.Terminated.ExitCode != 0 {
+				phase = corev1.PodFailed
 			}
-			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode:    0,
-				Reason:      "Completed",
-				StartedAt:   started,
-				FinishedAt:  t,
-				ContainerID: cs.ContainerID,
-			}}
 			cs.Ready = false
 			cs.Started = ptr(false)
 		}
 	}
+	s.Phase = phase
+	reason := "PodCompleted"
+	if phase == corev1.PodFailed {
+		reason = "PodFailed"
+	}
 	setCondition(s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", "", t)
-	setCondition(s, corev1.ContainersReady, corev1.ConditionFalse, "PodCompleted", "", t)
-	setCondition(s, corev1.PodReady, corev1.ConditionFalse, "PodCompleted", "", t)
+	setCondition(s, corev1.ContainersReady, corev1.ConditionFalse, reason, "", t)
+	setCondition(s, corev1.PodReady, corev1.ConditionFalse, reason, "", t)
+	return phase
+}
+
+// terminated is the state of a container that exited with code.
+func terminated(code int32, started, finished metav1.Time, containerID string) *corev1.ContainerStateTerminated {
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	return &corev1.ContainerStateTerminated{
+		ExitCode:    code,
+		Reason:      reason,
+		StartedAt:   started,
+		FinishedAt:  finished,
+		ContainerID: containerID,
+	}
+}
+
+// exitContainers ends the run of every running (non-init) container at
+// now with exit code code.
+func exitContainers(pod *corev1.Pod, now time.Time, code int32) {
+	t := metav1.NewTime(now)
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		if cs.State.Running == nil {
+			continue
+		}
+		cs.State = corev1.ContainerState{Terminated: terminated(code, cs.State.Running.StartedAt, t, cs.ContainerID)}
+		cs.Ready = false
+		cs.Started = ptr(false)
+	}
+}
+
+// reasonBackOff is the kubelet's Waiting reason of a container that waits
+// to be restarted after it exited.
+const reasonBackOff = "CrashLoopBackOff"
+
+// setBackOff moves the containers that exited at now to Waiting
+// CrashLoopBackOff for d, their exit kept as their last termination state;
+// the pod stays Running but is not ready.
+func setBackOff(pod *corev1.Pod, now time.Time, d time.Duration) {
+	t := metav1.NewTime(now)
+	s := &pod.Status
+	var unready []string
+	for i := range s.ContainerStatuses {
+		cs := &s.ContainerStatuses[i]
+		if cs.State.Terminated == nil {
+			continue
+		}
+		cs.LastTerminationState = corev1.ContainerState{Terminated: cs.State.Terminated}
+		cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason:  reasonBackOff,
+			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, cs.Name, pod.Name, pod.Namespace, pod.UID),
+		}}
+		unready = append(unready, cs.Name)
+	}
+	msg := "containers with unready status: [" + strings.Join(unready, " ") + "]"
+	setCondition(s, corev1.ContainersReady, corev1.ConditionFalse, "ContainersNotReady", msg, t)
+	setCondition(s, corev1.PodReady, corev1.ConditionFalse, "ContainersNotReady", msg, t)
+}
+
+// setRestarted runs again, from now, the containers waiting in
+// CrashLoopBackOff: each has one restart more and keeps its last
+// termination state.
+func setRestarted(pod *corev1.Pod, now time.Time) {
+	t := metav1.NewTime(now)
+	s := &pod.Status
+	for i := range s.ContainerStatuses {
+		cs := &s.ContainerStatuses[i]
+		if w := cs.State.Waiting; w == nil || w.Reason != reasonBackOff {
+			continue
+		}
+		cs.RestartCount++
+		cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}
+		cs.Ready = true
+		cs.Started = ptr(true)
+	}
+	setCondition(s, corev1.ContainersReady, corev1.ConditionTrue, "", "", t)
+	setCondition(s, corev1.PodReady, corev1.ConditionTrue, "", "", t)
+}
+
+// restartCount is the most restarts of any of the pod's (non-init)
+// containers.
+func restartCount(pod *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range pod.Status.ContainerStatuses {
+		n = max(n, cs.RestartCount)
+	}
+	return n
 }
 
 func waitingStatuses(containers []corev1.Container, reason string) []corev1.ContainerStatus {
