@@ -333,28 +333,62 @@ func (c *cluster) steady(ctx context.Context, d time.Duration) (writes int, laps
 // mutatingRequests sums the apiserver's counters of writes to nodes,
 // leases, pods and events.
 func (c *cluster) mutatingRequests(ctx context.Context) (int, error) {
+	total := 0.0
+	err := c.scanMetrics(ctx, func(name, line string, v float64) {
+		if name == "apiserver_request_total" && isWrite(labelValue(line, "verb")) {
+			switch labelValue(line, "resource") {
+			case "nodes", "leases", "pods", "events":
+				total += v
+			}
+		}
+	})
+	return int(total), err
+}
+
+// podWrites is the apiserver's count of writes to pods (create, status
+// patch, delete) so far and the seconds it spent serving them.
+func (c *cluster) podWrites(ctx context.Context) (count, seconds float64, err error) {
+	err = c.scanMetrics(ctx, func(name, line string, v float64) {
+		if labelValue(line, "resource") != "pods" || !isWrite(labelValue(line, "verb")) {
+			return
+		}
+		switch name {
+		case "apiserver_request_duration_seconds_count":
+			count += v
+		case "apiserver_request_duration_seconds_sum":
+			seconds += v
+		}
+	})
+	return count, seconds, err
+}
+
+func isWrite(verb string) bool {
+	return verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE"
+}
+
+// scanMetrics calls f with every sample of the apiserver's /metrics: the
+// metric name, the whole line and the value.
+func (c *cluster) scanMetrics(ctx context.Context, f func(name, line string, v float64)) error {
 	raw, err := c.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("apiserver metrics: %w", err)
+		return fmt.Errorf("apiserver metrics: %w", err)
 	}
-	total := 0
 	sc := bufio.NewScanner(strings.NewReader(string(raw)))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
+		i := strings.IndexByte(line, '{')
+		if i < 0 || strings.HasPrefix(line, "#") {
 			continue
 		}
-		verb := labelValue(line, "verb")
-		res := labelValue(line, "resource")
-		if (verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE") &&
-			(res == "nodes" || res == "leases" || res == "pods" || res == "events") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			total += int(v)
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			continue
 		}
+		f(line[:i], line, v)
 	}
-	return total, sc.Err()
+	return sc.Err()
 }
 
 func labelValue(line, name string) string {

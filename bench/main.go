@@ -47,6 +47,14 @@ type result struct {
 	SteadySeconds       float64 `json:"steadySeconds"`
 	APIServerCPUSeconds float64 `json:"apiserverCPUSeconds"`
 	APIServerCPUShare   float64 `json:"apiserverSteadyCPUShareOfOneCore"`
+
+	// The pod phase, from the first create to all Running: who used the
+	// CPU, and how fast and how long the apiserver took pod writes.
+	PodPhaseSeconds        float64 `json:"podPhaseSeconds"`
+	PodPhaseAPIServerCores float64 `json:"podPhaseAPIServerCores"`
+	PodPhaseAgentCores     float64 `json:"podPhaseAgentCores"`
+	PodPhaseWritesPerSec   float64 `json:"podPhasePodWritesPerSecond"`
+	PodPhaseWriteLatencyMs float64 `json:"podPhasePodWriteMeanLatencyMs"`
 }
 
 func main() {
@@ -143,11 +151,29 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	r.NodesReadySeconds = time.Since(start).Seconds()
 	logf("%s: %d nodes Ready in %.1fs", agent, o.nodes, r.NodesReadySeconds)
 
+	phaseStart, apiCPU0, agentCPU0 := time.Now(), cp.apiserverCPU(), procCPU(proc.cmd.Process.Pid)
+	writes0, writeSecs0, err := cl.podWrites(ctx)
+	if err != nil {
+		return r, err
+	}
 	p50, p99, tail, err := cl.createPods(ctx, nodeNames, o.pods)
 	if err != nil {
 		return r, err
 	}
 	r.PodRunningP50, r.PodRunningP99, r.LastCreateToRunning = p50, p99, tail
+	r.PodPhaseSeconds = time.Since(phaseStart).Seconds()
+	r.PodPhaseAPIServerCores = (cp.apiserverCPU() - apiCPU0) / r.PodPhaseSeconds
+	r.PodPhaseAgentCores = (procCPU(proc.cmd.Process.Pid) - agentCPU0) / r.PodPhaseSeconds
+	writes1, writeSecs1, err := cl.podWrites(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.PodPhaseWritesPerSec = (writes1 - writes0) / r.PodPhaseSeconds
+	if writes1 > writes0 {
+		r.PodPhaseWriteLatencyMs = (writeSecs1 - writeSecs0) / (writes1 - writes0) * 1000
+	}
+	logf("%s: pod phase %.1fs: apiserver %.2f cores, agent %.2f cores, %.0f pod writes/s at %.1f ms mean", agent,
+		r.PodPhaseSeconds, r.PodPhaseAPIServerCores, r.PodPhaseAgentCores, r.PodPhaseWritesPerSec, r.PodPhaseWriteLatencyMs)
 	logf("%s: %d pods Running: p50 %.3fs p99 %.3fs, last create to all Running %.3fs", agent, o.pods, p50, p99, tail)
 
 	if r.LastDeleteToGone, err = cl.deletePods(ctx, o.pods); err != nil {
@@ -156,7 +182,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	logf("%s: all pods gone %.3fs after the last delete", agent, r.LastDeleteToGone)
 
 	logf("%s: steady state for %s", agent, o.steady)
-	apiCPU0 := cp.apiserverCPU()
+	apiCPU0 = cp.apiserverCPU()
 	writes, lapses, err := cl.steady(ctx, o.steady)
 	if err != nil {
 		return r, err
@@ -282,6 +308,10 @@ func printTable(w *os.File, results []result) {
 		{"steady API writes/node/min", func(r result) float64 { return r.WritesPerNodeMinute }, "%.2f"},
 		{"steady lease lapses", func(r result) float64 { return float64(r.LeaseLapses) }, "%.0f"},
 		{"apiserver steady CPU (cores)", func(r result) float64 { return r.APIServerCPUShare }, "%.2f"},
+		{"pod phase: apiserver CPU (cores)", func(r result) float64 { return r.PodPhaseAPIServerCores }, "%.2f"},
+		{"pod phase: agent CPU (cores)", func(r result) float64 { return r.PodPhaseAgentCores }, "%.2f"},
+		{"pod phase: pod writes/s", func(r result) float64 { return r.PodPhaseWritesPerSec }, "%.0f"},
+		{"pod phase: pod write latency (ms)", func(r result) float64 { return r.PodPhaseWriteLatencyMs }, "%.1f"},
 	}
 	for _, row := range rows {
 		line := row.name + "\t"
