@@ -257,7 +257,7 @@ func (p *Provider) exitLocked(logger klog.Logger, st *simPod, at time.Time) {
 // longer counts against the node's capacity and its IP is free again; it
 // stays, with its final status, until deleted.
 func (p *Provider) finishLocked(st *simPod) {
-	p.used.sub(st.req)
+	p.used.Sub(st.req)
 	p.ips.release(st.ip)
 	st.ip = 0
 	st.finished = true
@@ -271,7 +271,7 @@ func (p *Provider) terminateLocked(st *simPod, at time.Time) {
 	if st.finished {
 		p.finished--
 	} else {
-		p.used.sub(st.req)
+		p.used.Sub(st.req)
 		p.ips.release(st.ip)
 		st.ip = 0
 		setFinished(st.pod, at)

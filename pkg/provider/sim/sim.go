@@ -204,8 +204,8 @@ type Provider struct {
 	pods     map[string]*simPod // by namespace/name
 	finished int                // pods in p.pods that Succeeded or Failed
 	ips      *ipAllocator
-	used     requests   // sum of the requests of the admitted, unfinished pods
-	rng      *rand.Rand // jitter
+	used     provider.Requests // sum of the requests of the admitted, unfinished pods
+	rng      *rand.Rand        // jitter
 	notify   func(*corev1.Pod)
 	// outbox holds notifications not yet delivered; draining is set while
 	// one caller delivers them, in order and without the lock.
@@ -226,9 +226,9 @@ type Provider struct {
 
 // simPod is the whole state of one pod.
 type simPod struct {
-	pod     *corev1.Pod // our copy: spec, metadata and current status
-	req     requests    // what it was admitted with
-	ip      uint32      // allocator offset to release, 0 if none
+	pod     *corev1.Pod       // our copy: spec, metadata and current status
+	req     provider.Requests // what it was admitted with
+	ip      uint32            // allocator offset to release, 0 if none
 	outcome outcome
 	// deleteJitter is this pod's share of DeleteJitter, drawn once.
 	deleteJitter time.Duration
@@ -288,8 +288,8 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return sameUID(st, pod)
 	}
-	req := podRequests(pod)
-	if err := p.admit(req, p.used, len(p.pods)-p.finished); err != nil {
+	req := provider.PodRequests(pod)
+	if err := provider.Admit(p.opts.Capacity, req, p.used, len(p.pods)-p.finished); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -307,7 +307,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	setPending(st.pod, now, p.opts.Address, ip.String())
 	p.pods[key(pod.Namespace, pod.Name)] = st
-	p.used.add(st.req)
+	p.used.Add(st.req)
 	if delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter); delay > 0 {
 		st.step, st.stepAt = stepStart, now.Add(delay)
 	} else {
@@ -351,7 +351,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	st := &simPod{
 		pod:          pod.DeepCopy(),
-		req:          podRequests(pod),
+		req:          provider.PodRequests(pod),
 		outcome:      p.opts.outcomeOf(pod.UID),
 		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
 	}
@@ -382,7 +382,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	// Restored pods were admitted before: they count, but are never rejected.
 	p.pods[key(pod.Namespace, pod.Name)] = st
-	p.used.add(st.req)
+	p.used.Add(st.req)
 	if s.Phase == corev1.PodPending {
 		delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter)
 		st.step, st.stepAt = stepStart, latest(now, startedAt.Add(delay))

@@ -229,8 +229,8 @@ func TestCreatePodIsIdempotent(t *testing.T) {
 	if len(rec.phases()) != 1 {
 		t.Errorf("notified %d times, want 1", len(rec.phases()))
 	}
-	if p.used.milliCPU != 1000 {
-		t.Errorf("used cpu %d, want 1000", p.used.milliCPU)
+	if p.used.MilliCPU != 1000 {
+		t.Errorf("used cpu %d, want 1000", p.used.MilliCPU)
 	}
 	other := testPod("web", "1", "")
 	other.UID = "another"
@@ -307,7 +307,7 @@ func TestDeletePod(t *testing.T) {
 			}
 
 			// The IP and the resources are free again.
-			if p.used != (requests{}) {
+			if p.used != (provider.Requests{}) {
 				t.Errorf("used = %+v after termination, want zero", p.used)
 			}
 			if err := p.CreatePod(ctx, testPod("next", "1", "")); err != nil {
@@ -514,7 +514,7 @@ func TestPodRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := podRequests(&corev1.Pod{Spec: tt.spec}).milliCPU; got != tt.want {
+			if got := provider.PodRequests(&corev1.Pod{Spec: tt.spec}).MilliCPU; got != tt.want {
 				t.Errorf("cpu request = %d, want %d", got, tt.want)
 			}
 		})
@@ -561,8 +561,8 @@ func TestRestorePod(t *testing.T) {
 		if ip := mustGet(t, p, "other").Status.PodIP; ip != "10.0.0.2" {
 			t.Errorf("next pod got %s, want 10.0.0.2 (10.0.0.1 is restored)", ip)
 		}
-		if p.used.milliCPU != 1000 {
-			t.Errorf("used cpu = %d, want 1000", p.used.milliCPU)
+		if p.used.MilliCPU != 1000 {
+			t.Errorf("used cpu = %d, want 1000", p.used.MilliCPU)
 		}
 	})
 

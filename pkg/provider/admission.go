@@ -1,0 +1,98 @@
+package provider
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Requests is what one pod asks of the node, in the units of the kubelet's
+// admission messages.
+type Requests struct {
+	MilliCPU    int64
+	MemoryBytes int64
+}
+
+// Add adds o to r.
+func (r *Requests) Add(o Requests) {
+	r.MilliCPU += o.MilliCPU
+	r.MemoryBytes += o.MemoryBytes
+}
+
+// Sub takes o from r.
+func (r *Requests) Sub(o Requests) {
+	r.MilliCPU -= o.MilliCPU
+	r.MemoryBytes -= o.MemoryBytes
+}
+
+func (r *Requests) atLeast(o Requests) {
+	r.MilliCPU = max(r.MilliCPU, o.MilliCPU)
+	r.MemoryBytes = max(r.MemoryBytes, o.MemoryBytes)
+}
+
+func containerRequests(c *corev1.Container) Requests {
+	return listRequests(c.Resources.Requests)
+}
+
+func listRequests(l corev1.ResourceList) Requests {
+	var r Requests
+	if q, ok := l[corev1.ResourceCPU]; ok {
+		r.MilliCPU = q.MilliValue()
+	}
+	if q, ok := l[corev1.ResourceMemory]; ok {
+		r.MemoryBytes = q.Value()
+	}
+	return r
+}
+
+// PodRequests computes a pod's effective requests as the kubelet does
+// (k8s.io/component-helpers/resource.PodRequests): the sum of its containers
+// and restartable (sidecar) init containers, or the largest init container
+// plus the sidecars started before it if that is more; pod-level requests
+// replace the containers' where set; the pod overhead comes on top.
+func PodRequests(pod *corev1.Pod) Requests {
+	var sum, sidecars, initMax Requests
+	for i := range pod.Spec.Containers {
+		sum.Add(containerRequests(&pod.Spec.Containers[i]))
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		r := containerRequests(c)
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sum.Add(r)
+			sidecars.Add(r)
+			initMax.atLeast(sidecars)
+			continue
+		}
+		r.Add(sidecars)
+		initMax.atLeast(r)
+	}
+	sum.atLeast(initMax)
+	if pr := pod.Spec.Resources; pr != nil {
+		if q, ok := pr.Requests[corev1.ResourceCPU]; ok {
+			sum.MilliCPU = q.MilliValue()
+		}
+		if q, ok := pr.Requests[corev1.ResourceMemory]; ok {
+			sum.MemoryBytes = q.Value()
+		}
+	}
+	sum.Add(listRequests(pod.Spec.Overhead))
+	return sum
+}
+
+// Admit decides, like the kubelet's resource admission, whether a pod asking
+// for req fits beside the pods already admitted (count pods using used) on
+// a node of this capacity. A resource missing from capacity is not limited;
+// a resource the pod does not request is not checked. The error is a
+// Rejection (OutOfpods, OutOfcpu, OutOfmemory).
+func Admit(capacity corev1.ResourceList, req, used Requests, count int) error {
+	const msg = "Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d"
+	if q, ok := capacity[corev1.ResourcePods]; ok && int64(count)+1 > q.Value() {
+		return Reject("OutOfpods", msg, corev1.ResourcePods, 1, count, q.Value())
+	}
+	if q, ok := capacity[corev1.ResourceCPU]; ok && req.MilliCPU > 0 && req.MilliCPU+used.MilliCPU > q.MilliValue() {
+		return Reject("OutOfcpu", msg, corev1.ResourceCPU, req.MilliCPU, used.MilliCPU, q.MilliValue())
+	}
+	if q, ok := capacity[corev1.ResourceMemory]; ok && req.MemoryBytes > 0 && req.MemoryBytes+used.MemoryBytes > q.Value() {
+		return Reject("OutOfmemory", msg, corev1.ResourceMemory, req.MemoryBytes, used.MemoryBytes, q.Value())
+	}
+	return nil
+}
