@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -97,6 +98,8 @@ type ContainerLogOpts struct {
 	Follow     bool
 	Previous   bool
 	SinceSecs  int
+	// SinceTime, when not zero, asks only for lines written at or after it.
+	SinceTime time.Time
 }
 
 // LogsProvider serves container logs.
@@ -121,6 +124,17 @@ type TermSize struct {
 // ExecProvider runs commands inside containers.
 type ExecProvider interface {
 	RunInContainer(ctx context.Context, namespace, pod, container string, cmd []string, attach AttachIO) error
+}
+
+// AttachProvider attaches to the main process of a running container.
+type AttachProvider interface {
+	AttachToContainer(ctx context.Context, namespace, pod, container string, attach AttachIO) error
+}
+
+// PortForwardProvider forwards one connection to a port of a pod: it copies
+// between stream and the pod's port until either side closes or ctx ends.
+type PortForwardProvider interface {
+	PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error
 }
 
 // StatsProvider reports resource usage for the node and its pods.

@@ -1,0 +1,298 @@
+// Package server owns the kubelet API of the nodes this agent runs: the HTTPS
+// endpoint at the nodes' daemon endpoint port that the API server calls for
+// `kubectl logs`, `exec`, `attach` and `port-forward`, and that serves /pods
+// and /healthz. Every request is authenticated (client certificate or bearer
+// token by TokenReview) and authorized (SubjectAccessReview on the nodes/*
+// subresources) the way the kubelet does it, then handed to a Backend.
+//
+// It only reads from the API server (token and access reviews); it never
+// writes pods or nodes, and never starts or stops workloads itself.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// Backend is what the server serves from: one for the whole agent, routing
+// by pod to the node that runs it. The streaming and log endpoints use the
+// provider's optional interfaces (provider.LogsProvider, ExecProvider,
+// AttachProvider, PortForwardProvider), found on the Backend by type
+// assertion; an endpoint whose interface is missing answers 501.
+type Backend interface {
+	// GetPods returns the pods bound to the agent's nodes, served at /pods.
+	GetPods(ctx context.Context) ([]*corev1.Pod, error)
+}
+
+// PodNodeResolver is an optional Backend interface for agents with several
+// nodes: it names the node a pod is bound to, so that a request about the pod
+// is authorized against that node. ok false means the pod is not known, and
+// requests about it answer 404.
+type PodNodeResolver interface {
+	NodeForPod(namespace, name string) (node string, ok bool)
+}
+
+// Authorization modes, as the kubelet names them.
+const (
+	AuthorizationModeWebhook     = "Webhook"
+	AuthorizationModeAlwaysAllow = "AlwaysAllow"
+)
+
+// Options configure the server. Zero values take the defaults given.
+type Options struct {
+	// Address is the IP to listen on; empty listens on every interface.
+	Address string
+	// Port is the port to listen on (default 10250); it must be the port
+	// the nodes publish in status.daemonEndpoints.kubeletEndpoint.
+	Port int32
+	// NodeName is the node that requests not about a pod (and, without a
+	// PodNodeResolver, all requests) are authorized against. Required.
+	NodeName string
+
+	// TLSCertFile and TLSPrivateKeyFile hold the serving certificate. When
+	// empty, a self-signed certificate for Hosts is made at start, kept
+	// under CertDir when it is set (and reused while valid) or in memory.
+	TLSCertFile, TLSPrivateKeyFile string
+	CertDir                        string
+	// Hosts are the DNS names and IP addresses of the self-signed
+	// certificate (default NodeName and Address).
+	Hosts []string
+
+	// ClientCAFile is the CA bundle client certificates are verified
+	// against: the user is the certificate's CN, its groups the O fields.
+	// The file is watched for changes. Empty disables x509 authentication.
+	ClientCAFile string
+	// WebhookAuthentication enables bearer tokens checked by TokenReview
+	// (nil means true).
+	WebhookAuthentication *bool
+	// AuthenticationCacheTTL is how long token reviews are cached
+	// (default 2m).
+	AuthenticationCacheTTL time.Duration
+	// Anonymous lets requests without credentials through as
+	// system:anonymous; they are still authorized.
+	Anonymous bool
+
+	// AuthorizationMode is Webhook (SubjectAccessReview, the default) or
+	// AlwaysAllow.
+	AuthorizationMode string
+	// AuthorizedCacheTTL and UnauthorizedCacheTTL are how long access
+	// reviews are cached (defaults 5m and 30s).
+	AuthorizedCacheTTL, UnauthorizedCacheTTL time.Duration
+
+	// StreamIdleTimeout ends an exec, attach or port-forward session with no
+	// traffic for that long (default 4h).
+	StreamIdleTimeout time.Duration
+	// StreamCreationTimeout is how long a client has to create the streams
+	// of a session (default 30s).
+	StreamCreationTimeout time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Port == 0 {
+		o.Port = 10250
+	}
+	if o.WebhookAuthentication == nil {
+		enabled := true
+		o.WebhookAuthentication = &enabled
+	}
+	if o.AuthenticationCacheTTL == 0 {
+		o.AuthenticationCacheTTL = 2 * time.Minute
+	}
+	if o.AuthorizationMode == "" {
+		o.AuthorizationMode = AuthorizationModeWebhook
+	}
+	if o.AuthorizedCacheTTL == 0 {
+		o.AuthorizedCacheTTL = 5 * time.Minute
+	}
+	if o.UnauthorizedCacheTTL == 0 {
+		o.UnauthorizedCacheTTL = 30 * time.Second
+	}
+	if o.StreamIdleTimeout == 0 {
+		o.StreamIdleTimeout = 4 * time.Hour
+	}
+	if o.StreamCreationTimeout == 0 {
+		o.StreamCreationTimeout = 30 * time.Second
+	}
+	if len(o.Hosts) == 0 {
+		o.Hosts = append(o.Hosts, o.NodeName)
+		if o.Address != "" && o.Address != "0.0.0.0" && o.Address != "::" {
+			o.Hosts = append(o.Hosts, o.Address)
+		}
+	}
+}
+
+func (o *Options) validate(client kubernetes.Interface) error {
+	var errs []error
+	if o.Port < 0 || o.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d: must be between 0 and 65535", o.Port))
+	}
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("node name: required"))
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("tlsCertFile and tlsPrivateKeyFile: set both or neither"))
+	}
+	if o.Address != "" && net.ParseIP(o.Address) == nil {
+		errs = append(errs, fmt.Errorf("address %q: not an IP address", o.Address))
+	}
+	switch o.AuthorizationMode {
+	case AuthorizationModeAlwaysAllow:
+	case AuthorizationModeWebhook:
+		if client == nil {
+			errs = append(errs, errors.New("authorization mode Webhook: needs an API client"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("authorization mode %q: must be %s or %s", o.AuthorizationMode, AuthorizationModeWebhook, AuthorizationModeAlwaysAllow))
+	}
+	if *o.WebhookAuthentication && client == nil {
+		errs = append(errs, errors.New("webhook authentication: needs an API client"))
+	}
+	if !*o.WebhookAuthentication && o.ClientCAFile == "" && !o.Anonymous {
+		errs = append(errs, errors.New("authentication: no method enabled (client CA file, webhook or anonymous)"))
+	}
+	if o.StreamIdleTimeout < 0 || o.StreamCreationTimeout < 0 {
+		errs = append(errs, errors.New("stream timeouts: must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is the kubelet API server. Build it with New and start it with Run.
+type Server struct {
+	client  kubernetes.Interface
+	backend Backend
+	opts    Options
+}
+
+// New checks the options and returns a server that is not yet listening.
+func New(client kubernetes.Interface, backend Backend, opts Options) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("kubelet API server: backend is required")
+	}
+	opts.setDefaults()
+	if err := opts.validate(client); err != nil {
+		return nil, fmt.Errorf("kubelet API server: %w", err)
+	}
+	return &Server{client: client, backend: backend, opts: opts}, nil
+}
+
+// Run listens on the configured address and serves until ctx ends, then
+// shuts down: new connections are refused, requests in flight and open
+// streaming sessions are ended.
+func (s *Server) Run(ctx context.Context) error {
+	addr := net.JoinHostPort(s.opts.Address, strconv.Itoa(int(s.opts.Port)))
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("kubelet API server: listen on %s: %w", addr, err)
+	}
+	return s.serve(ctx, ln)
+}
+
+// serve prepares certificates and authentication, then serves on ln until
+// ctx ends. It closes ln.
+func (s *Server) serve(ctx context.Context, ln net.Listener) error {
+	logger := klog.FromContext(ctx).WithName("kubelet-api")
+	ctx = klog.NewContext(ctx, logger)
+
+	tlsConfig, err := s.tlsConfig(ctx)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("kubelet API server: %w", err)
+	}
+	auth, err := s.newAuth(ctx, tlsConfig)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("kubelet API server: %w", err)
+	}
+
+	// Shutdown does not close hijacked connections (exec, attach,
+	// port-forward): every connection is tracked to close them ourselves.
+	conns := &trackingListener{Listener: ln, conns: map[*trackedConn]struct{}{}}
+	srv := &http.Server{
+		Handler:           auth.filter(s.routes()),
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.ServeTLS(conns, "", "") }()
+	logger.Info("Serving the kubelet API", "address", ln.Addr().String())
+
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("kubelet API server: serve on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	shutdownErr := srv.Shutdown(shutdownCtx)
+	conns.closeAll()
+	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("kubelet API server: serve on %s: %w", ln.Addr(), err)
+	}
+	if shutdownErr != nil {
+		srv.Close()
+		logger.Info("Kubelet API server did not shut down in time, closed its connections", "err", shutdownErr)
+	}
+	logger.Info("Stopped the kubelet API server")
+	return nil
+}
+
+// trackingListener keeps the connections it accepted until they close.
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, owner: l}
+	l.mu.Lock()
+	l.conns[tc] = struct{}{}
+	l.mu.Unlock()
+	return tc, nil
+}
+
+func (l *trackingListener) closeAll() {
+	l.mu.Lock()
+	open := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		open = append(open, c)
+	}
+	l.mu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	owner *trackingListener
+	once  sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.owner.mu.Lock()
+		delete(c.owner.conns, c)
+		c.owner.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
