@@ -18,9 +18,13 @@ import (
 
 	"github.com/nodelet/nodelet/internal/app"
 	"github.com/nodelet/nodelet/pkg/config"
+	procruntime "github.com/nodelet/nodelet/pkg/provider/process/runtime"
 )
 
 func main() {
+	if len(os.Args) > 1 && procruntime.IsSubcommand(os.Args[1]) {
+		os.Exit(procruntime.Main(os.Args[1:]))
+	}
 	if err := run(os.Args[1:]); err != nil {
 		if !errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)

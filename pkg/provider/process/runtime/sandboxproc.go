@@ -1,0 +1,139 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// runSandbox is the pod sandbox: PID 1 of the pod's namespaces. It names
+// the pod's host, keeps its mounts private, reaps orphans and starts a shim
+// per container attempt when the agent asks on its socket.
+func runSandbox(podDir string) error {
+	ctx := klog.NewContext(context.Background(), klog.Background().WithValues("sandbox", podDir))
+	logger := klog.FromContext(ctx)
+	var rec sandboxRecord
+	if err := readJSON(filepath.Join(podDir, sandboxFile), &rec); err != nil {
+		return fmt.Errorf("read sandbox record: %w", err)
+	}
+	hostname := rec.Spec.Hostname
+	if hostname == "" {
+		hostname = rec.Spec.Name
+	}
+	if len(hostname) > maxHostnameSize {
+		hostname = hostname[:maxHostnameSize]
+	}
+	if hostname != "" {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// A /proc of the pod's own PID namespace, seen by its containers.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		logger.Error(err, "Mounting the pod's /proc failed; containers see the host's")
+	}
+	r := newReaper()
+	l, err := listenPacket(filepath.Join(podDir, sandboxSock))
+	if err != nil {
+		return err
+	}
+	logger.Info("Sandbox ready", "hostname", hostname)
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			logger.Error(err, "Accept failed")
+			continue
+		}
+		go serveSandboxConn(ctx, r, exe, podDir, c)
+	}
+}
+
+func serveSandboxConn(ctx context.Context, r *reaper, exe, podDir string, c *net.UnixConn) {
+	defer c.Close()
+	m, files, err := recvMsg(c)
+	closeFDs(files)
+	if err != nil {
+		return
+	}
+	var reply message
+	switch m.Op {
+	case opStart:
+		pid, err := startShim(r, exe, filepath.Join(podDir, containersDir, m.Name, strconv.Itoa(m.Attempt)))
+		if err != nil {
+			reply.Error = err.Error()
+		}
+		reply.PID = pid
+		klog.FromContext(ctx).V(2).Info("Started container", "container", m.Name, "attempt", m.Attempt, "pid", pid, "err", err)
+	default:
+		reply.Error = fmt.Sprintf("unknown operation %q", m.Op)
+	}
+	_ = sendMsg(c, reply)
+}
+
+// shimReport is what a shim writes on its status pipe once the container's
+// main process runs, or could not start.
+type shimReport struct {
+	PID   int    `json:"pid,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// startShim starts the shim of one attempt in a mount namespace of its own
+// and waits until it reports the container's main process running.
+func startShim(r *reaper, exe, attemptDir string) (int, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer pr.Close()
+	out, err := os.OpenFile(filepath.Join(attemptDir, "shim.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		pw.Close()
+		return 0, fmt.Errorf("open shim log: %w", err)
+	}
+	defer out.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		pw.Close()
+		return 0, err
+	}
+	defer devnull.Close()
+	_, _, err = r.start(exe, []string{exe, cmdShim, attemptDir}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   []string{"PATH=" + defaultPath},
+		Files: []uintptr{devnull.Fd(), out.Fd(), out.Fd(), pw.Fd()},
+		Sys:   &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true},
+	})
+	pw.Close()
+	if err != nil {
+		return 0, fmt.Errorf("start shim: %w", err)
+	}
+	data, _ := io.ReadAll(pr)
+	var rep shimReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return 0, fmt.Errorf("container supervisor failed before reporting (see %s)", filepath.Join(attemptDir, "shim.log"))
+	}
+	if rep.Error != "" {
+		return 0, errors.New(rep.Error)
+	}
+	return rep.PID, nil
+}
