@@ -381,6 +381,10 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 		case <-m.opts.Clock.After(10 * time.Millisecond):
 		}
 	}
+	if s != nil {
+		// Watchers see their shims die; let them finish before the files go.
+		waitTimeout(&s.watchers, 10*time.Second)
+	}
 	cgroups := rec.Cgroups
 	if parents, _, err := m.cgroups(); err == nil {
 		for _, p := range parents {

@@ -37,6 +37,7 @@ type Sandbox struct {
 	removed  bool
 	replaced bool
 	lastCPU  cpuSample
+	watchers sync.WaitGroup
 }
 
 type attemptKey struct {
@@ -224,7 +225,9 @@ func (s *Sandbox) watch(ctx context.Context, name string, attempt int) {
 	s.mu.Lock()
 	s.watching[key] = true
 	s.mu.Unlock()
+	s.watchers.Add(1)
 	go func() {
+		defer s.watchers.Done()
 		for {
 			_, fds, err := recvMsg(c)
 			closeFDs(fds)
@@ -247,9 +250,12 @@ func (s *Sandbox) watch(ctx context.Context, name string, attempt int) {
 // finalize records an attempt whose shim is gone without a record of the
 // exit: it was killed, or its pod sandbox died.
 func (s *Sandbox) finalize(name string, attempt int) {
+	s.mu.Lock()
+	removed := s.removed
+	s.mu.Unlock()
 	dir := s.attemptDir(name, attempt)
 	path := filepath.Join(dir, exitFile)
-	if exists(path) || !exists(dir) {
+	if removed || exists(path) || !exists(dir) {
 		return
 	}
 	var start startRecord
