@@ -110,6 +110,12 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 			if err != nil {
 				break
 			}
+			// Several rotations may have happened since the last look:
+			// read the files rotated after cur before the new one.
+			if err := lr.catchUp(path, cur, next); err != nil {
+				next.Close()
+				return err
+			}
 			if cur != nil {
 				cur.Close()
 			}
@@ -125,6 +131,38 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 		case <-ticker.C:
 		}
 	}
+}
+
+// catchUp reads the rotated files that are newer than cur and older than
+// next, oldest first.
+func (lr *logReader) catchUp(path string, cur, next *os.File) error {
+	if cur == nil {
+		return nil
+	}
+	cst, err := cur.Stat()
+	if err != nil {
+		return nil
+	}
+	nst, err := next.Stat()
+	if err != nil {
+		return nil
+	}
+	rotated := rotatedLogs(path)
+	from := 0
+	for i, f := range rotated {
+		if st, err := os.Stat(f); err == nil && os.SameFile(st, cst) {
+			from = i + 1
+		}
+	}
+	for _, f := range rotated[from:] {
+		if st, err := os.Stat(f); err == nil && os.SameFile(st, nst) {
+			break
+		}
+		if err := lr.readFile(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replaced tells whether path now names another file than cur.

@@ -354,6 +354,9 @@ func TestOOMKilled(t *testing.T) {
 		Args:      []string{"sh", "-c", `x=$(head -c 200m /dev/zero | tr "\0" a); sleep 1`},
 		Resources: Resources{MemoryLimitBytes: 32 << 20, CPULimitMillis: 500, CPURequestMillis: 100},
 	})
+	if _, mem, err := s.Usage(); err != nil {
+		t.Errorf("Usage: %v (memory %d)", err, mem)
+	}
 	st := waitExited(t, s, "hog")
 	if st.Reason != ReasonOOMKilled || st.ExitCode != 137 {
 		t.Errorf("status = %+v, want OOMKilled 137", st)
