@@ -128,7 +128,7 @@ func runHTTPHook(ctx context.Context, a *corev1.HTTPGetAction, t Target) error {
 		resp, plainErr := httpClient.Do(plain)
 		drain(resp)
 		if plainErr == nil {
-			klog.FromContext(ctx).Info("HTTPS lifecycle hook answered in plain HTTP; retried over HTTP", "host", req.URL.Host)
+			klog.FromContext(ctx).V(1).Info("HTTPS lifecycle hook answered in plain HTTP; retried over HTTP", "host", req.URL.Host)
 			err = nil
 		}
 	}

@@ -166,7 +166,7 @@ func TestExecProbe(t *testing.T) {
 			want: Failure, msg: strings.Repeat("x", maxOutput),
 		},
 		{
-			name: "container name and expanded command",
+			name:    "container name and expanded command",
 			command: []string{"cat", "$(FILE)", "$(SECRET)", "$(MISSING)", "$$(FILE)", "a$b", "$(open"},
 			exec: func(_ context.Context, c string, argv []string) ([]byte, int, error) {
 				want := []string{"cat", "/tmp/healthy", "$(SECRET)", "$(MISSING)", "$(FILE)", "a$b", "$(open"}

@@ -179,6 +179,13 @@ func (w *Worker) Run(ctx context.Context) {
 
 	wait := w.delay
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.stop:
+			return
+		default:
+		}
 		w.mu.Lock()
 		held := w.held
 		if w.restart {
