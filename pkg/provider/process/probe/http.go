@@ -102,8 +102,10 @@ func httpProbe(ctx context.Context, a *corev1.HTTPGetAction, t Target) (Result, 
 	}
 	switch code := resp.StatusCode; {
 	case code >= 300 && code < 400:
-		return Success, fmt.Sprintf("probe stopped at a redirect to another host (%s), response body: %s",
-			resp.Header.Get("Location"), body)
+		// Redirects to the same host were followed, so this one leads
+		// elsewhere (or nowhere): a warning, not a failure.
+		return Success, fmt.Sprintf("probe did not follow redirect (status %d to %q), response body: %s",
+			code, resp.Header.Get("Location"), body)
 	case code >= 200 && code < 300:
 		return Success, string(body)
 	default:
