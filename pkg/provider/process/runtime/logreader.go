@@ -67,19 +67,28 @@ type logReader struct {
 }
 
 func (lr *logReader) run(ctx context.Context, path string, stillRunning func() bool) error {
-	for _, rotated := range rotatedLogs(path) {
-		if err := lr.readFile(rotated); err != nil {
+	files := openLogFiles(path)
+	var cur *os.File
+	if len(files) > 0 {
+		cur = files[len(files)-1]
+		files = files[:len(files)-1]
+	}
+	defer func() {
+		if cur != nil {
+			cur.Close()
+		}
+	}()
+	for _, f := range files {
+		err := lr.readAll(f)
+		f.Close()
+		if err != nil {
 			return err
 		}
 	}
-	cur, err := os.Open(path)
-	if err != nil && !isNotExist(err) {
-		return fmt.Errorf("open log: %w", err)
-	}
 	var br *bufio.Reader
 	var pending []byte
+	var err error
 	if cur != nil {
-		defer func() { cur.Close() }()
 		br = bufio.NewReaderSize(cur, 64*1024)
 		if pending, err = lr.drain(br, nil); err != nil {
 			return err
@@ -95,8 +104,8 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 	defer ticker.Stop()
 	for {
 		running := stillRunning != nil && stillRunning()
-		// Read what is there, switching to the new file after rotation:
-		// the old one gets no more writes once path names another file.
+		// Read what is there, switching to the newer files after rotation:
+		// a file gets no more writes once it is renamed.
 		for {
 			if cur != nil {
 				if pending, err = lr.drain(br, pending); err != nil {
@@ -106,20 +115,28 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 			if !replaced(cur, path) {
 				break
 			}
-			next, err := os.Open(path)
-			if err != nil {
+			if cur != nil {
+				// What was written to cur before it was renamed.
+				if pending, err = lr.drain(br, pending); err != nil {
+					return err
+				}
+			}
+			newer := newerFiles(openLogFiles(path), cur)
+			if len(newer) == 0 {
 				break
 			}
-			// Several rotations may have happened since the last look:
-			// read the files rotated after cur before the new one.
-			if err := lr.catchUp(path, cur, next); err != nil {
-				next.Close()
-				return err
+			for _, f := range newer[:len(newer)-1] {
+				err := lr.readAll(f)
+				f.Close()
+				if err != nil {
+					newer[len(newer)-1].Close()
+					return err
+				}
 			}
 			if cur != nil {
 				cur.Close()
 			}
-			cur, pending = next, nil
+			cur, pending = newer[len(newer)-1], nil
 			br = bufio.NewReaderSize(cur, 64*1024)
 		}
 		if !running {
@@ -133,36 +150,55 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 	}
 }
 
-// catchUp reads the rotated files that are newer than cur and older than
-// next, oldest first.
-func (lr *logReader) catchUp(path string, cur, next *os.File) error {
+// openLogFiles opens the rotated files and the current one, oldest first,
+// as one consistent view: it tries again if a rotation renamed files while
+// it opened them.
+func openLogFiles(path string) []*os.File {
+	var files []*os.File
+	for try := 0; try < 20; try++ {
+		closeAll(files)
+		files = nil
+		consistent := true
+		for _, name := range append(rotatedLogs(path), path) {
+			f, err := os.Open(name)
+			if err != nil {
+				consistent = consistent && isNotExist(err) && name != path
+				continue
+			}
+			files = append(files, f)
+			fst, err1 := f.Stat()
+			st, err2 := os.Stat(name)
+			if err1 != nil || err2 != nil || !os.SameFile(fst, st) {
+				consistent = false
+			}
+		}
+		if consistent && len(files) > 0 {
+			// Names may all have shifted between listing and opening.
+			if again := rotatedLogs(path); len(again) == len(files)-1 {
+				return files
+			}
+		}
+	}
+	return files
+}
+
+// newerFiles keeps the files after cur (all of them if cur is not among
+// them, as it was then the oldest and removed) and closes the others.
+func newerFiles(files []*os.File, cur *os.File) []*os.File {
 	if cur == nil {
-		return nil
+		return files
 	}
 	cst, err := cur.Stat()
 	if err != nil {
-		return nil
+		return files
 	}
-	nst, err := next.Stat()
-	if err != nil {
-		return nil
-	}
-	rotated := rotatedLogs(path)
-	from := 0
-	for i, f := range rotated {
-		if st, err := os.Stat(f); err == nil && os.SameFile(st, cst) {
-			from = i + 1
+	for i, f := range files {
+		if st, err := f.Stat(); err == nil && os.SameFile(st, cst) {
+			closeAll(files[:i+1])
+			return files[i+1:]
 		}
 	}
-	for _, f := range rotated[from:] {
-		if st, err := os.Stat(f); err == nil && os.SameFile(st, nst) {
-			break
-		}
-		if err := lr.readFile(f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return files
 }
 
 // replaced tells whether path now names another file than cur.
@@ -199,15 +235,7 @@ func rotatedLogs(path string) []string {
 	return out
 }
 
-func (lr *logReader) readFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		if isNotExist(err) {
-			return nil // rotated away meanwhile
-		}
-		return fmt.Errorf("open log: %w", err)
-	}
-	defer f.Close()
+func (lr *logReader) readAll(f *os.File) error {
 	pending, err := lr.drain(bufio.NewReaderSize(f, 64*1024), nil)
 	if err == nil && len(pending) > 0 {
 		err = lr.record(pending)

@@ -412,7 +412,7 @@ func (s *shim) waitOrHangup(c *net.UnixConn) {
 // exec runs a command in the container as a child of the shim, with the
 // client's descriptors as its stdio (one pty slave when TTY).
 func (s *shim) exec(c *net.UnixConn, m message, fds []int) {
-	defer closeFDs(fds)
+	defer func() { closeFDs(fds) }()
 	var stdio [3]uintptr
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	switch {
