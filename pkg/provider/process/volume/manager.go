@@ -73,7 +73,7 @@ func NewManager(client kubernetes.Interface, opts Options) *Manager {
 	return &Manager{client: client, opts: opts, pods: map[types.UID]*podState{}}
 }
 
-// podDir returns RootDir/pods/<uid>/volumes after checking that the UID
+// volumesDir returns RootDir/pods/<uid>/volumes after checking that the UID
 // cannot step out of it.
 func (m *Manager) volumesDir(pod *corev1.Pod) (string, error) {
 	if m.opts.RootDir == "" {
