@@ -97,6 +97,12 @@ func (m *Manager) SetUp(ctx context.Context, pod *corev1.Pod) (map[string]string
 	}
 	st := m.state(pod.UID)
 	st.mu.Lock()
+	for st.gone {
+		// Torn down while we waited: start over with a fresh registration.
+		st.mu.Unlock()
+		st = m.state(pod.UID)
+		st.mu.Lock()
+	}
 	defer st.mu.Unlock()
 
 	pod = pod.DeepCopy()
