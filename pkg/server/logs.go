@@ -7,9 +7,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/provider"
@@ -59,7 +60,13 @@ func (s *Server) getContainerLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(&flushWriter{w: w, rc: http.NewResponseController(w)}, src); err != nil && ctx.Err() == nil {
+	// Send the headers now: a follow may wait long for its first line.
+	fw := &flushWriter{w: w, rc: http.NewResponseController(w)}
+	if err := fw.rc.Flush(); err != nil {
+		logger.V(2).Info("Unable to flush the container log response", "err", err)
+		return
+	}
+	if _, err := io.Copy(fw, src); err != nil && ctx.Err() == nil {
 		logger.V(2).Info("Container log stream ended with an error", "err", err)
 	}
 }
@@ -71,67 +78,73 @@ type logRequest struct {
 	zeroTail bool
 }
 
-// logOptions parses the query of a container log request, as v1
-// PodLogOptions, with the kubelet's older "tail" parameter.
+// logOptions parses the query of a container log request: the fields of
+// v1 PodLogOptions, with the kubelet's older "tail" parameter.
 func logOptions(query url.Values) (logRequest, error) {
-	query = cloneValues(query)
-	if tail := query.Get("tail"); tail != "" {
-		query.Del("tail")
-		if tail != "all" {
-			query.Set("tailLines", tail)
+	var req logRequest
+	var errs []error
+	boolParam := func(name string) bool {
+		v := query.Get(name)
+		if v == "" {
+			return false
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not a boolean", name, v))
+		}
+		return b
+	}
+	intParam := func(name string, min int64) (int64, bool) {
+		v := query.Get(name)
+		if v == "" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
+			return 0, false
+		}
+		if n < min {
+			errs = append(errs, fmt.Errorf("%s: must be greater than or equal to %d", name, min))
+			return 0, false
+		}
+		return n, true
+	}
+
+	req.Follow = boolParam("follow")
+	req.Previous = boolParam("previous")
+	req.Timestamps = boolParam("timestamps")
+	tailName := "tailLines"
+	if query.Get(tailName) == "" && query.Get("tail") != "" {
+		tailName = "tail"
+	}
+	if query.Get(tailName) != "all" {
+		if n, ok := intParam(tailName, 0); ok {
+			req.Tail, req.zeroTail = int(n), n == 0
 		}
 	}
-	var plo corev1.PodLogOptions
-	if err := scheme.ParameterCodec.DecodeParameters(query, corev1.SchemeGroupVersion, &plo); err != nil {
-		return logRequest{}, fmt.Errorf("unable to decode query: %w", err)
+	if n, ok := intParam("limitBytes", 1); ok {
+		req.LimitBytes = int(n)
 	}
-	var errs []error
-	if plo.TailLines != nil && *plo.TailLines < 0 {
-		errs = append(errs, errors.New("tailLines: must be greater than or equal to 0"))
+	n, sinceSeconds := intParam("sinceSeconds", 1)
+	req.SinceSecs = int(n)
+	if v := query.Get("sinceTime"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sinceTime: %q is not an RFC 3339 time", v))
+		}
+		if sinceSeconds {
+			errs = append(errs, errors.New("sinceSeconds and sinceTime: at most one may be set"))
+		}
+		req.SinceTime = t
 	}
-	if plo.LimitBytes != nil && *plo.LimitBytes < 1 {
-		errs = append(errs, errors.New("limitBytes: must be greater than 0"))
-	}
-	if plo.SinceSeconds != nil && *plo.SinceSeconds < 1 {
-		errs = append(errs, errors.New("sinceSeconds: must be greater than 0"))
-	}
-	if plo.SinceSeconds != nil && plo.SinceTime != nil {
-		errs = append(errs, errors.New("sinceSeconds and sinceTime: at most one may be set"))
-	}
-	if plo.Stream != nil && *plo.Stream != corev1.LogStreamAll {
-		errs = append(errs, fmt.Errorf("stream %q: only %q is supported", *plo.Stream, corev1.LogStreamAll))
+	if v := query.Get("stream"); v != "" && v != string(corev1.LogStreamAll) {
+		errs = append(errs, fmt.Errorf("stream %q: only %q is supported", v, corev1.LogStreamAll))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return logRequest{}, fmt.Errorf("invalid log request: %w", err)
 	}
-
-	req := logRequest{ContainerLogOpts: provider.ContainerLogOpts{
-		Timestamps: plo.Timestamps,
-		Follow:     plo.Follow,
-		Previous:   plo.Previous,
-	}}
-	if plo.TailLines != nil {
-		req.Tail = int(*plo.TailLines)
-		req.zeroTail = *plo.TailLines == 0
-	}
-	if plo.LimitBytes != nil {
-		req.LimitBytes = int(*plo.LimitBytes)
-	}
-	if plo.SinceSeconds != nil {
-		req.SinceSecs = int(*plo.SinceSeconds)
-	}
-	if plo.SinceTime != nil {
-		req.SinceTime = plo.SinceTime.Time
-	}
 	return req, nil
-}
-
-func cloneValues(v url.Values) url.Values {
-	out := make(url.Values, len(v))
-	for k, vs := range v {
-		out[k] = append([]string(nil), vs...)
-	}
-	return out
 }
 
 // flushWriter flushes the response after every write.

@@ -171,6 +171,10 @@ type Server struct {
 	client  kubernetes.Interface
 	backend Backend
 	opts    Options
+
+	// loop serves SPDY to the handlers that translate WebSocket; set by
+	// Run (which is called once) before serving.
+	loop *loopback
 }
 
 // New checks the options and returns a server that is not yet listening.
@@ -214,6 +218,9 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("kubelet API server: %w", err)
 	}
+
+	s.loop = newLoopback(ctx, s.routes())
+	defer s.loop.close()
 
 	// Shutdown does not close hijacked connections (exec, attach,
 	// port-forward): every connection is tracked to close them ourselves.

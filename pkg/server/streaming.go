@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/util/proxy"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 	utilexec "k8s.io/utils/exec"
 
@@ -40,6 +42,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "command: required", http.StatusBadRequest)
 		return
 	}
+	if s.translateWebSocket(w, r, opts) {
+		return
+	}
 	remotecommand.ServeExec(w, r, &executor{p: p, namespace: r.PathValue("namespace")},
 		r.PathValue("pod"), r.PathValue("uid"), r.PathValue("container"), cmd, opts,
 		s.opts.StreamIdleTimeout, s.opts.StreamCreationTimeout, remotecommand.SupportedStreamingProtocols)
@@ -59,6 +64,9 @@ func (s *Server) attach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.knownPod(w, r) {
+		return
+	}
+	if s.translateWebSocket(w, r, opts) {
 		return
 	}
 	remotecommand.ServeAttach(w, r, &attacher{p: p, namespace: r.PathValue("namespace")},
@@ -86,16 +94,37 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 	if !s.knownPod(w, r) {
 		return
 	}
-	pod, uid := r.PathValue("pod"), r.PathValue("uid")
-	forwarder := &portForwarder{ctx: r.Context(), p: p, namespace: r.PathValue("namespace")}
-	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		portforward.ServePortForward(w, r, forwarder, pod, uid, opts,
-			s.opts.StreamIdleTimeout, s.opts.StreamCreationTimeout, portforward.SupportedProtocols)
-	})
 	if tunnel {
-		h = proxy.NewTunnelingHandler(h)
+		// The SPDY library answers upgrades itself, which the tunnel cannot
+		// wrap: tunnel a proxy to the loopback's SPDY port-forward instead.
+		upgrade := utilproxy.NewUpgradeAwareHandler(s.loop.url(r), s.loop.transport, false, true, proxyErrorResponder{})
+		proxy.NewTunnelingHandler(upgrade).ServeHTTP(w, r)
+		return
 	}
-	h.ServeHTTP(w, r)
+	forwarder := &portForwarder{ctx: r.Context(), p: p, namespace: r.PathValue("namespace")}
+	portforward.ServePortForward(w, r, forwarder, r.PathValue("pod"), r.PathValue("uid"), opts,
+		s.opts.StreamIdleTimeout, s.opts.StreamCreationTimeout, portforward.SupportedProtocols)
+}
+
+// translateWebSocket serves an exec or attach request of the WebSocket
+// protocol v5.channel.k8s.io, which the streaming library does not speak, by
+// translating it into SPDY to the loopback. It tells whether it did.
+func (s *Server) translateWebSocket(w http.ResponseWriter, r *http.Request, opts *remotecommand.Options) bool {
+	if !wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
+		return false
+	}
+	proxy.NewStreamTranslatorHandler(s.loop.url(r), s.loop.transport, 0, proxy.Options{
+		Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, Tty: opts.TTY,
+	}).ServeHTTP(w, r)
+	return true
+}
+
+// proxyErrorResponder answers a failed proxy to the loopback.
+type proxyErrorResponder struct{}
+
+func (proxyErrorResponder) Error(w http.ResponseWriter, r *http.Request, err error) {
+	klog.FromContext(r.Context()).Error(err, "Unable to proxy a streaming request")
+	http.Error(w, err.Error(), http.StatusInternalServerError)
 }
 
 // run runs a command in a container and answers its output (the kubelet's
