@@ -4,6 +4,9 @@
 // and /healthz. Every request is authenticated (client certificate or bearer
 // token by TokenReview) and authorized (SubjectAccessReview on the nodes/*
 // subresources) the way the kubelet does it, then handed to a Backend.
+// An ExecProvider reports a command's exit code by returning an error with
+// an ExitCode() int method (as *os/exec.ExitError has); clients then see
+// "command terminated with exit code N".
 //
 // It only reads from the API server (token and access reviews); it never
 // writes pods or nodes, and never starts or stops workloads itself.
