@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -89,7 +90,14 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of the Node to register")
 	fs.Int32Var(&cfg.Nodes, "nodes", cfg.Nodes, "register this many nodes named <node-name>-<i>; 0 registers one node named <node-name>")
 	fs.StringVar(&cfg.Shard, "shard", cfg.Shard, `manage only shard "i/n" of the nodes (by hash of node name)`)
-	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "provider that runs the pods: sim")
+	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "provider that runs the pods: sim or process")
+	fs.StringVar(&cfg.RootDir, "root-dir", cfg.RootDir, "process provider: directory of the pods' state, volumes and logs")
+	fs.Int32Var(&cfg.MaxPods, "max-pods", cfg.MaxPods, "process provider: the node's pod capacity")
+	fs.Var(&optionalBool{&cfg.EnableServer}, "enable-server", "run the kubelet API server on --port (default: with the process provider)")
+	fs.Lookup("enable-server").NoOptDefVal = "true"
+	fs.StringVar(&cfg.Authentication.X509.ClientCAFile, "client-ca-file", cfg.Authentication.X509.ClientCAFile, "kubelet API server: CA bundle that signs the client certificates it accepts")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile, "kubelet API server: serving certificate (default: self-signed)")
+	fs.StringVar(&cfg.TLSPrivateKeyFile, "tls-private-key-file", cfg.TLSPrivateKeyFile, "kubelet API server: serving key")
 	fs.StringToStringVar(&cfg.NodeLabels, "node-labels", cfg.NodeLabels, "labels to add to the Node, key=value,...")
 	fs.Var(&taintsValue{&cfg.RegisterWithTaints}, "register-with-taints", "taints to register the Node with, key=value:Effect,...")
 	fs.Int32Var(&cfg.NodeLeaseDurationSeconds, "node-lease-duration-seconds", cfg.NodeLeaseDurationSeconds, "duration of the node Lease; renewed every quarter of it")
@@ -106,6 +114,27 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.AddGoFlagSet(klogFlags)
 	return fs
 }
+
+// optionalBool is a flag for a *bool that stays nil unless given.
+type optionalBool struct{ v **bool }
+
+func (b *optionalBool) String() string {
+	if b.v == nil || *b.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(**b.v)
+}
+
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.v = &v
+	return nil
+}
+
+func (b *optionalBool) Type() string { return "bool" }
 
 // taintsValue parses key=value:Effect,... into taints.
 type taintsValue struct{ taints *[]corev1.Taint }

@@ -117,6 +117,8 @@ func (o *upOptions) run(ctx context.Context) error {
 		"--client-ca-file=" + certs.path("ca.crt"),
 		"--kubelet-client-certificate=" + certs.path("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + certs.path("apiserver-kubelet-client.key"),
+		// Local nodes' hostnames do not resolve; their InternalIP does.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--service-account-key-file=" + certs.path("sa.pub"),
 		"--service-account-signing-key-file=" + certs.path("sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -75,44 +75,37 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	if len(managed) == 0 {
 		return fmt.Errorf("shard %s of %d nodes holds no node", cfg.Shard, cfg.Nodes)
 	}
-	names := make([]string, 0, len(managed))
-	nodes := make([]node.Node, 0, len(managed))
-	podProviders := make(map[string]provider.PodLifecycleHandler, len(managed))
-	simConditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
-	for _, c := range cfg.Sim.NodeConditions {
-		simConditions = append(simConditions, sim.NodeCondition{
-			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
-			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
-		})
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodelet", Host: cfg.NodeName})
+
+	var nodes []node.Node
+	var loops map[string]func(context.Context) error
+	switch cfg.Provider {
+	case config.ProviderProcess:
+		nodes, loops, err = processNode(client, recorder, cfg)
+	default:
+		nodes, err = simNodes(managed, cfg)
 	}
-	for _, m := range managed {
-		name := m.name
-		names = append(names, name)
-		seed := fnv.New64a()
-		seed.Write([]byte(name)) // each node draws its own jitter, the same on every run
-		p, err := sim.New(sim.Options{
-			NodeName:       name,
-			PodCIDR:        m.podCIDR,
-			Address:        cfg.Address,
-			Port:           cfg.Port,
-			StartDelay:     cfg.Sim.StartDelay.Duration,
-			StartJitter:    cfg.Sim.StartJitter.Duration,
-			DeleteDelay:    cfg.Sim.DeleteDelay.Duration,
-			DeleteJitter:   cfg.Sim.DeleteJitter.Duration,
-			CompleteRatio:  cfg.Sim.CompleteRatio,
-			FailRatio:      cfg.Sim.FailRatio,
-			RunDuration:    cfg.Sim.RunDuration.Duration,
-			RunJitter:      cfg.Sim.RunJitter.Duration,
-			NodeConditions: simConditions,
-			Seed:           seed.Sum64(),
-			Capacity:       cfg.Sim.Capacity,
-			Version:        Version,
-		})
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(nodes))
+	podProviders := make(map[string]provider.PodLifecycleHandler, len(nodes))
+	for _, n := range nodes {
+		names = append(names, n.Template.Name)
+		podProviders[n.Template.Name] = n.Provider.(provider.PodLifecycleHandler)
+	}
+	if loops == nil {
+		loops = map[string]func(context.Context) error{}
+	}
+	if cfg.ServerEnabled() {
+		srv, err := kubeletServer(client, podProviders, cfg)
 		if err != nil {
-			return fmt.Errorf("sim provider for node %s: %w", name, err)
+			return err
 		}
-		nodes = append(nodes, node.Node{Template: nodeTemplate(name, cfg), Provider: p})
-		podProviders[name] = p
+		loops["kubelet API server"] = srv.Run
 	}
 
 	nodeCtrl, err := node.NewController(client, nodes, node.Options{
@@ -129,11 +122,6 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = podSelector(names).String()
 		}))
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodelet", Host: cfg.NodeName})
-
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			if len(names) == 1 {
@@ -159,12 +147,14 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	nodeFactory.Start(ctx.Done())
 	defer nodeFactory.Shutdown()
 
-	errs := make(chan error, 2)
+	loops["node controller"] = nodeCtrl.Run
+	loops["pod controller"] = podCtrl.Run
+	errs := make(chan error, len(loops))
 	var wg sync.WaitGroup
-	for name, run := range map[string]func(context.Context) error{"node": nodeCtrl.Run, "pod": podCtrl.Run} {
+	for name, run := range loops {
 		wg.Go(func() {
 			if err := run(ctx); err != nil {
-				errs <- fmt.Errorf("%s controller: %w", name, err)
+				errs <- fmt.Errorf("%s: %w", name, err)
 				cancel()
 			}
 		})
@@ -194,6 +184,45 @@ func podSelector(names []string) fields.Selector {
 		return fields.OneTermEqualSelector("spec.nodeName", names[0])
 	}
 	return fields.OneTermNotEqualSelector("spec.nodeName", "")
+}
+
+// simNodes builds a sim provider for each managed node.
+func simNodes(managed []managedNode, cfg *config.Config) ([]node.Node, error) {
+	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
+	for _, c := range cfg.Sim.NodeConditions {
+		conditions = append(conditions, sim.NodeCondition{
+			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
+			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
+		})
+	}
+	nodes := make([]node.Node, 0, len(managed))
+	for _, m := range managed {
+		seed := fnv.New64a()
+		seed.Write([]byte(m.name)) // each node draws its own jitter, the same on every run
+		p, err := sim.New(sim.Options{
+			NodeName:       m.name,
+			PodCIDR:        m.podCIDR,
+			Address:        cfg.Address,
+			Port:           cfg.Port,
+			StartDelay:     cfg.Sim.StartDelay.Duration,
+			StartJitter:    cfg.Sim.StartJitter.Duration,
+			DeleteDelay:    cfg.Sim.DeleteDelay.Duration,
+			DeleteJitter:   cfg.Sim.DeleteJitter.Duration,
+			CompleteRatio:  cfg.Sim.CompleteRatio,
+			FailRatio:      cfg.Sim.FailRatio,
+			RunDuration:    cfg.Sim.RunDuration.Duration,
+			RunJitter:      cfg.Sim.RunJitter.Duration,
+			NodeConditions: conditions,
+			Seed:           seed.Sum64(),
+			Capacity:       cfg.Sim.Capacity,
+			Version:        Version,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sim provider for node %s: %w", m.name, err)
+		}
+		nodes = append(nodes, node.Node{Template: nodeTemplate(m.name, cfg), Provider: p})
+	}
+	return nodes, nil
 }
 
 func nodeTemplate(name string, cfg *config.Config) *corev1.Node {

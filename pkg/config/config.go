@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +22,8 @@ const (
 	APIVersion = "nodelet.io/v1alpha1"
 	Kind       = "NodeletConfiguration"
 
-	ProviderSim = "sim"
+	ProviderSim     = "sim"
+	ProviderProcess = "process"
 )
 
 // Config is everything the agent is told. Field names follow the kubelet's
@@ -39,7 +41,7 @@ type Config struct {
 	// Shard "i/n" makes this agent manage only the nodes whose name hashes
 	// to i of n, so that n agents together manage every node exactly once.
 	Shard string `json:"shard,omitempty"`
-	// Provider runs the pods: "sim".
+	// Provider runs the pods: "sim" or "process".
 	Provider string `json:"provider,omitempty"`
 	// NodeLabels are added to the Node at registration and kept there.
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
@@ -70,8 +72,57 @@ type Config struct {
 	Address string `json:"address,omitempty"`
 	Port    int32  `json:"port,omitempty"`
 
+	// EnableServer runs the kubelet API server (logs, exec, attach,
+	// port-forward) on Port. Default true with the process provider, false
+	// with sim (thousands of sim nodes share one address).
+	EnableServer *bool `json:"enableServer,omitempty"`
+	// TLSCertFile and TLSPrivateKeyFile are the server's certificate and
+	// key; when unset, a self-signed certificate is generated at start.
+	TLSCertFile       string `json:"tlsCertFile,omitempty"`
+	TLSPrivateKeyFile string `json:"tlsPrivateKeyFile,omitempty"`
+	// Authentication of requests to the kubelet API server.
+	Authentication ServerAuthentication `json:"authentication,omitempty"`
+
+	// RootDir holds the process provider's pods: state, sandboxes, volumes
+	// and logs.
+	RootDir string `json:"rootDir,omitempty"`
+	// MaxPods is the process provider node's pod capacity.
+	MaxPods int32 `json:"maxPods,omitempty"`
+	// SystemReserved and KubeReserved are taken from the host's capacity to
+	// give the node's allocatable.
+	SystemReserved corev1.ResourceList `json:"systemReserved,omitempty"`
+	KubeReserved   corev1.ResourceList `json:"kubeReserved,omitempty"`
+	// ContainerLogMaxSize is the size at which a container log file is
+	// rotated; ContainerLogMaxFiles how many files are kept per container.
+	ContainerLogMaxSize  resource.Quantity `json:"containerLogMaxSize,omitempty"`
+	ContainerLogMaxFiles int32             `json:"containerLogMaxFiles,omitempty"`
+	// VolumeSyncPeriod is how often ConfigMap, Secret, downward API and
+	// projected volumes are refreshed.
+	VolumeSyncPeriod metav1.Duration `json:"volumeSyncPeriod,omitempty"`
+
 	// Sim configures the sim provider.
 	Sim SimConfig `json:"sim,omitempty"`
+}
+
+// ServerAuthentication says how the kubelet API server authenticates.
+type ServerAuthentication struct {
+	// X509 authenticates client certificates signed by ClientCAFile (the
+	// API server's kubelet client certificate).
+	X509 struct {
+		ClientCAFile string `json:"clientCAFile,omitempty"`
+	} `json:"x509,omitempty"`
+	// Webhook authenticates bearer tokens with TokenReviews. Default true.
+	Webhook struct {
+		Enabled *bool `json:"enabled,omitempty"`
+	} `json:"webhook,omitempty"`
+}
+
+// ServerEnabled tells whether the kubelet API server runs.
+func (c *Config) ServerEnabled() bool {
+	if c.EnableServer != nil {
+		return *c.EnableServer
+	}
+	return c.Provider == ProviderProcess
 }
 
 // SimConfig configures simulated pods and nodes. Left at their defaults,
@@ -193,6 +244,23 @@ func SetDefaults(c *Config) {
 	if c.Port == 0 {
 		c.Port = 10250
 	}
+	if c.RootDir == "" {
+		c.RootDir = "/var/lib/nodelet"
+	}
+	if c.MaxPods == 0 {
+		c.MaxPods = 110
+	}
+	if c.ContainerLogMaxSize.IsZero() {
+		c.ContainerLogMaxSize = resource.MustParse("10Mi")
+	}
+	if c.ContainerLogMaxFiles == 0 {
+		c.ContainerLogMaxFiles = 5
+	}
+	setDuration(&c.VolumeSyncPeriod, 10*time.Second)
+	if c.Authentication.Webhook.Enabled == nil {
+		yes := true
+		c.Authentication.Webhook.Enabled = &yes
+	}
 	if c.Sim.PodCIDR == "" {
 		c.Sim.PodCIDR = "100.64.0.0/10"
 	}
@@ -261,8 +329,39 @@ func (c *Config) Validate() field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath("shard"), c.Shard, err.Error()))
 		}
 	}
-	if c.Provider != ProviderSim {
-		errs = append(errs, field.NotSupported(field.NewPath("provider"), c.Provider, []string{ProviderSim}))
+	switch c.Provider {
+	case ProviderSim:
+	case ProviderProcess:
+		if c.Nodes > 0 {
+			errs = append(errs, field.Invalid(field.NewPath("nodes"), c.Nodes, "the process provider runs one node per host: must be 0"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("provider"), c.Provider, []string{ProviderSim, ProviderProcess}))
+	}
+	if !filepath.IsAbs(c.RootDir) {
+		errs = append(errs, field.Invalid(field.NewPath("rootDir"), c.RootDir, "must be an absolute path"))
+	}
+	if c.MaxPods <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("maxPods"), c.MaxPods, "must be greater than 0"))
+	}
+	if c.ContainerLogMaxSize.Sign() <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxSize"), c.ContainerLogMaxSize.String(), "must be greater than 0"))
+	}
+	if c.ContainerLogMaxFiles < 2 {
+		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxFiles"), c.ContainerLogMaxFiles, "must be at least 2"))
+	}
+	if c.VolumeSyncPeriod.Duration <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("volumeSyncPeriod"), c.VolumeSyncPeriod.Duration.String(), "must be greater than 0"))
+	}
+	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
+		errs = append(errs, field.Required(field.NewPath("tlsPrivateKeyFile"), "tlsCertFile and tlsPrivateKeyFile are set together"))
+	}
+	for name, list := range map[string]corev1.ResourceList{"systemReserved": c.SystemReserved, "kubeReserved": c.KubeReserved} {
+		for r, q := range list {
+			if q.Sign() < 0 {
+				errs = append(errs, field.Invalid(field.NewPath(name).Key(string(r)), q.String(), "must not be negative"))
+			}
+		}
 	}
 	for k, v := range c.NodeLabels {
 		p := field.NewPath("nodeLabels").Key(k)

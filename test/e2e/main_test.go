@@ -323,6 +323,17 @@ func (a *agent) exited() (bool, error) {
 	}
 }
 
+// kill stops the agent with SIGKILL, as a crash would.
+func (a *agent) kill() {
+	a.t.Helper()
+	if a.done == nil {
+		return
+	}
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	a.done = nil
+}
+
 // stop sends SIGTERM and checks that the agent exits with status 0.
 func (a *agent) stop() {
 	a.t.Helper()

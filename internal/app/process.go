@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/node"
+	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/provider/process"
+	"github.com/nodelet/nodelet/pkg/provider/process/env"
+	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
+	"github.com/nodelet/nodelet/pkg/provider/process/volume"
+	"github.com/nodelet/nodelet/pkg/server"
+)
+
+// processNode builds the one node of the process provider, and the loop
+// that supervises its pods.
+func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config) ([]node.Node, map[string]func(context.Context) error, error) {
+	rt, err := runtime.NewManager(runtime.Options{
+		RootDir:     cfg.RootDir,
+		LogMaxSize:  cfg.ContainerLogMaxSize.Value(),
+		LogMaxFiles: int(cfg.ContainerLogMaxFiles),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("process runtime: %w", err)
+	}
+	reserved := corev1.ResourceList{}
+	for _, list := range []corev1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
+		for name, q := range list {
+			sum := reserved[name]
+			sum.Add(q)
+			reserved[name] = sum
+		}
+	}
+	p, err := process.New(process.Parts{
+		Runtime:  rt,
+		Volumes:  volume.NewManager(client, volume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
+		Env:      env.NewGetter(client),
+		Recorder: recorder,
+	}, process.Options{
+		NodeName: cfg.NodeName,
+		Address:  cfg.Address,
+		Port:     cfg.Port,
+		RootDir:  cfg.RootDir,
+		Reserved: reserved,
+		MaxPods:  int64(cfg.MaxPods),
+		Version:  Version,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes := []node.Node{{Template: nodeTemplate(cfg.NodeName, cfg), Provider: p}}
+	return nodes, map[string]func(context.Context) error{"process provider": p.Run}, nil
+}
+
+// kubeletServer builds the kubelet API server of the agent's nodes.
+func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLifecycleHandler, cfg *config.Config) (*server.Server, error) {
+	var backend server.Backend = &multiNodeBackend{pods: pods}
+	if len(pods) == 1 {
+		for _, p := range pods {
+			backend = p // its optional parts (logs, exec, …) are found on it directly
+		}
+	}
+	srv, err := server.New(client, backend, server.Options{
+		Port:                  cfg.Port,
+		NodeName:              cfg.NodeName,
+		Hosts:                 []string{cfg.NodeName, cfg.Address},
+		TLSCertFile:           cfg.TLSCertFile,
+		TLSPrivateKeyFile:     cfg.TLSPrivateKeyFile,
+		CertDir:               filepath.Join(cfg.RootDir, "pki"),
+		ClientCAFile:          cfg.Authentication.X509.ClientCAFile,
+		WebhookAuthentication: ptr.To(ptr.Deref(cfg.Authentication.Webhook.Enabled, true)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet API server: %w", err)
+	}
+	return srv, nil
+}
+
+// multiNodeBackend serves the pods of several nodes: /pods lists them all,
+// and each request about a pod is authorized against its node.
+type multiNodeBackend struct {
+	pods map[string]provider.PodLifecycleHandler
+}
+
+func (b *multiNodeBackend) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for name, p := range b.pods {
+		pods, err := p.GetPods(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("pods of node %s: %w", name, err)
+		}
+		out = append(out, pods...)
+	}
+	return out, nil
+}
+
+func (b *multiNodeBackend) NodeForPod(namespace, name string) (string, bool) {
+	for node, p := range b.pods {
+		if _, err := p.GetPod(context.Background(), namespace, name); err == nil {
+			return node, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,239 @@
+package process
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
+)
+
+// A pod's status is computed, every time, from a view of its containers:
+// what the runtime recorded about their latest and previous runs, what the
+// probes say, and why a container that does not run is waiting. Nothing
+// in the status is kept anywhere else, so a restarted agent computes the
+// same status from the same records.
+
+// containerView is what the status of one container is computed from.
+type containerView struct {
+	spec     *corev1.Container
+	latest   *runtime.ContainerStatus // nil: never started
+	previous *runtime.ContainerStatus
+	// waiting says why a container that is not running waits (for
+	// example CrashLoopBackOff, or a configuration error); empty for the
+	// default (ContainerCreating, PodInitializing).
+	waitingReason, waitingMessage string
+	// final: an exited container that will not run again.
+	final bool
+	// started and ready are the startup and readiness probes' verdicts for
+	// a running container.
+	started, ready bool
+}
+
+// podView is what a pod's status is computed from.
+type podView struct {
+	pod       *corev1.Pod
+	hostIP    string
+	startTime time.Time
+	sandbox   bool // the sandbox runs: containers can start
+	init      []containerView
+	regular   []containerView
+	// failReason and failMessage fail the whole pod (DeadlineExceeded).
+	failReason, failMessage string
+	// terminated: the pod was deleted and everything of it stopped.
+	terminated bool
+}
+
+// containerID names one run of a container: its pod, name and attempt.
+func containerID(uid types.UID, name string, attempt int) string {
+	return fmt.Sprintf("nodelet://%s/%s/%d", uid, name, attempt)
+}
+
+func terminatedState(uid types.UID, st *runtime.ContainerStatus) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{
+		ExitCode:    int32(st.ExitCode),
+		Signal:      int32(st.Signal),
+		Reason:      st.Reason,
+		Message:     st.Message,
+		StartedAt:   metav1.NewTime(st.StartedAt),
+		FinishedAt:  metav1.NewTime(st.FinishedAt),
+		ContainerID: containerID(uid, st.Name, st.Attempt),
+	}
+}
+
+// containerStatus is the API status of one container.
+func containerStatus(uid types.UID, v *containerView, defaultWaiting string) corev1.ContainerStatus {
+	c := v.spec
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Started: new(bool)}
+	if v.previous != nil && v.previous.State == runtime.StateExited {
+		cs.LastTerminationState.Terminated = terminatedState(uid, v.previous)
+	}
+	st := v.latest
+	if st == nil {
+		reason, msg := defaultWaiting, ""
+		if v.waitingReason != "" {
+			reason, msg = v.waitingReason, v.waitingMessage
+		}
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
+		return cs
+	}
+	cs.RestartCount = int32(st.Attempt)
+	cs.ContainerID = containerID(uid, st.Name, st.Attempt)
+	switch {
+	case st.State == runtime.StateRunning:
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(st.StartedAt)}
+		*cs.Started = v.started
+		cs.Ready = v.ready
+	case v.final:
+		cs.State.Terminated = terminatedState(uid, st)
+	default:
+		// Exited, and will run again: its last run is the last state.
+		cs.LastTerminationState.Terminated = terminatedState(uid, st)
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: v.waitingReason, Message: v.waitingMessage}
+		if cs.State.Waiting.Reason == "" {
+			cs.State.Waiting.Reason = "ContainerCreating"
+		}
+	}
+	return cs
+}
+
+// podStatus computes the status of a pod as the kubelet reports it.
+func podStatus(v *podView) corev1.PodStatus {
+	pod := v.pod
+	now := metav1.Now()
+	s := corev1.PodStatus{
+		HostIP:   v.hostIP,
+		PodIP:    v.hostIP,
+		QOSClass: qosClass(pod),
+	}
+	if v.hostIP != "" {
+		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
+		s.PodIPs = []corev1.PodIP{{IP: v.hostIP}}
+	}
+	if !v.startTime.IsZero() {
+		t := metav1.NewTime(v.startTime)
+		s.StartTime = &t
+	}
+
+	initDone := true
+	var incomplete []string
+	for i := range v.init {
+		iv := &v.init[i]
+		cs := containerStatus(pod.UID, iv, "PodInitializing")
+		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
+		if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
+			initDone = false
+			incomplete = append(incomplete, iv.spec.Name)
+		}
+	}
+	regularWaiting := "ContainerCreating"
+	if !initDone {
+		regularWaiting = "PodInitializing"
+	}
+	var unready []string
+	running, waiting, succeeded, failed := 0, 0, 0, 0
+	for i := range v.regular {
+		rv := &v.regular[i]
+		cs := containerStatus(pod.UID, rv, regularWaiting)
+		s.ContainerStatuses = append(s.ContainerStatuses, cs)
+		if !cs.Ready {
+			unready = append(unready, rv.spec.Name)
+		}
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0:
+			succeeded++
+		case cs.State.Terminated != nil:
+			failed++
+		case cs.LastTerminationState.Terminated != nil:
+			running++ // restarting: the kubelet counts it as running
+		default:
+			waiting++
+		}
+	}
+
+	initFailed := false
+	for i := range v.init {
+		if v.init[i].final && v.init[i].latest != nil && v.init[i].latest.ExitCode != 0 {
+			initFailed = true
+		}
+	}
+	switch {
+	case v.failReason != "":
+		s.Phase = corev1.PodFailed
+		s.Reason, s.Message = v.failReason, v.failMessage
+	case initFailed:
+		s.Phase = corev1.PodFailed
+	case !initDone || waiting > 0:
+		// A container that never started yet keeps the pod pending.
+		s.Phase = corev1.PodPending
+	case running > 0:
+		s.Phase = corev1.PodRunning
+	case failed > 0:
+		s.Phase = corev1.PodFailed
+	default:
+		s.Phase = corev1.PodSucceeded
+	}
+	if v.terminated && s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
+		// Deleted and stopped: the kubelet reports what the containers did.
+		s.Phase = corev1.PodFailed
+		if failed == 0 && succeeded == len(v.regular) {
+			s.Phase = corev1.PodSucceeded
+		}
+	}
+
+	final := s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
+	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) {
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		if !ok {
+			c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
+		}
+		s.Conditions = append(s.Conditions, c)
+	}
+	cond(corev1.PodScheduled, true, "", "")
+	cond(corev1.PodReadyToStartContainers, v.sandbox && !final, "", "")
+	cond(corev1.PodInitialized, initDone, "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(incomplete, " ")+"]")
+	readyReason, readyMsg := "ContainersNotReady", "containers with unready status: ["+strings.Join(unready, " ")+"]"
+	if final {
+		readyReason, readyMsg = "PodCompleted", ""
+		if s.Phase == corev1.PodFailed {
+			readyReason = "PodFailed"
+		}
+	}
+	allReady := len(unready) == 0 && s.Phase == corev1.PodRunning
+	cond(corev1.ContainersReady, allReady, readyReason, readyMsg)
+	cond(corev1.PodReady, allReady, readyReason, readyMsg)
+	return s
+}
+
+// qosClass is the pod's quality of service class, as the API defines it.
+func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
+	if pod.Status.QOSClass != "" {
+		return pod.Status.QOSClass
+	}
+	requests, limits := false, false
+	guaranteed := true
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			requests = requests || hasReq && !req.IsZero()
+			limits = limits || hasLim && !lim.IsZero()
+			if !hasLim || hasReq && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !requests && !limits:
+		return corev1.PodQOSBestEffort
+	case guaranteed:
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
+}

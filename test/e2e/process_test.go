@@ -1,0 +1,452 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The process provider end to end: real processes driven by plain kubectl
+// through the agent's kubelet API.
+
+// processAgent is a nodelet running the process provider.
+type processAgent struct {
+	*agent
+	rootDir string
+	port    int
+}
+
+// freePort is a TCP port nothing listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startProcessNodelet runs a process-provider node with its own root dir
+// and kubelet port, trusting the control plane's CA for the API server's
+// kubelet client certificate. When the test ends it checks that nothing of
+// the pods is left: no process, mount or cgroup.
+func startProcessNodelet(t *testing.T, node string, extra ...string) *processAgent {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the process provider needs root")
+	}
+	ca := filepath.Join(filepath.Dir(kubeconfig), "pki", "ca.crt")
+	if _, err := os.Stat(ca); err != nil {
+		t.Skipf("no cluster CA next to the kubeconfig (%v): the API server's kubelet client certificate cannot be verified", err)
+	}
+	rootDir := t.TempDir()
+	port := freePort(t)
+	t.Cleanup(func() { checkNoLeaks(t, rootDir) })
+	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca}, extra...)
+	a := startNodelet(t, node, args...)
+	waitReady(t, node, 30*time.Second)
+	return &processAgent{agent: a, rootDir: rootDir, port: port}
+}
+
+// checkNoLeaks fails the test if a pod of the agent left a process, a mount
+// or a cgroup behind. It runs after the namespace and its pods are gone.
+func checkNoLeaks(t *testing.T, rootDir string) {
+	t.Helper()
+	if out, err := exec.Command("pgrep", "-f", rootDir).Output(); err == nil {
+		t.Errorf("processes of %s still running after the pods were deleted: %s", rootDir, strings.Fields(string(out)))
+	}
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(data), rootDir) {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, rootDir) {
+				t.Errorf("mount left behind: %s", line)
+			}
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(rootDir, "pods"))
+	for _, e := range entries {
+		t.Errorf("pod directory left behind: %s", filepath.Join(rootDir, "pods", e.Name()))
+	}
+}
+
+// waitPodPhase waits until a pod reaches phase.
+func waitPodPhase(t *testing.T, ns, pod, phase string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "pod "+pod+" "+phase, func() (bool, string) {
+		out, err := kubectlErr("get", "pod", "-n", ns, pod, "-o", "jsonpath={.status.phase} {.status.containerStatuses[*].state}")
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.HasPrefix(out, phase+" "), out
+	})
+}
+
+// deletePods deletes every pod of ns and waits until they are gone, so that
+// the leak check sees the agent's clean-up.
+func deletePods(t *testing.T, ns string) {
+	t.Helper()
+	kubectl(t, "delete", "pods", "--all", "-n", ns, "--wait=true", "--timeout=90s")
+}
+
+func TestProcessPodLogsExecPortForward(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	kubectl(t, "create", "configmap", "-n", ns, "app", "--from-literal=key=value-from-configmap")
+	httpPort := freePort(t)
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+spec:
+  nodeName: %s
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sh", "-c", "echo hello; i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"]
+    volumeMounts:
+    - name: config
+      mountPath: /etc/config
+  - name: web
+    image: nodelet.io/none
+    command: ["python3", "-m", "http.server", "--bind", "127.0.0.1", "%d"]
+    workingDir: /etc/config
+    volumeMounts:
+    - name: config
+      mountPath: /etc/config
+  volumes:
+  - name: config
+    configMap:
+      name: app
+`, node, httpPort))
+	waitPodPhase(t, ns, "app", "Running", 60*time.Second)
+
+	eventually(t, 30*time.Second, "kubectl logs prints hello", func() (bool, string) {
+		out, err := kubectlErr("logs", "-n", ns, "app", "-c", "main")
+		return err == nil && strings.HasPrefix(out, "hello\n"), fmt.Sprint(out, err)
+	})
+
+	// kubectl logs -f streams lines written after it started.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	follow := exec.CommandContext(ctx, filepath.Join(root, "bin/controlplane"), "kubectl", "--kubeconfig", kubeconfig, "logs", "-f", "--tail=1", "-n", ns, "app", "-c", "main")
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 4096)
+	for strings.Count(string(buf), "tick") < 3 {
+		chunk := make([]byte, 1024)
+		n, err := stdout.Read(chunk)
+		if err != nil {
+			t.Fatalf("kubectl logs -f ended after %q: %v", buf, err)
+		}
+		buf = append(buf, chunk[:n]...)
+	}
+	cancel()
+	_ = follow.Wait()
+
+	if out := kubectl(t, "exec", "-n", ns, "app", "-c", "main", "--", "cat", "/etc/config/key"); out != "value-from-configmap" {
+		t.Errorf("kubectl exec cat /etc/config/key = %q, want the configMap's value", out)
+	}
+	if out := kubectl(t, "exec", "-n", ns, "app", "-c", "main", "--", "hostname"); strings.TrimSpace(out) != "app" {
+		t.Errorf("hostname in the pod = %q, want the pod name", out)
+	}
+	// A failing command's exit code comes back through kubectl.
+	if _, err := kubectlErr("exec", "-n", ns, "app", "-c", "main", "--", "sh", "-c", "exit 3"); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("kubectl exec of exit 3: %v, want exit status 3", err)
+	}
+
+	// kubectl exec -it: the command sees a terminal.
+	out, err := exec.Command("script", "-qec",
+		filepath.Join(root, "bin/controlplane")+" kubectl --kubeconfig "+kubeconfig+" exec -it -n "+ns+" app -c main -- sh -c 'test -t 0 && test -t 1 && echo is-a-tty'", "/dev/null").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "is-a-tty") {
+		t.Errorf("kubectl exec -it: %v, output %q; want the command to see a TTY", err, out)
+	}
+
+	// kubectl port-forward reaches the pod's HTTP server.
+	local := freePort(t)
+	pf := exec.Command(filepath.Join(root, "bin/controlplane"), "kubectl", "--kubeconfig", kubeconfig, "port-forward", "-n", ns, "pod/app", fmt.Sprintf("%d:%d", local, httpPort))
+	pf.SysProcAttr = stopWithParent()
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
+	eventually(t, 30*time.Second, "HTTP through kubectl port-forward", func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/key", local))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && string(body) == "value-from-configmap", fmt.Sprintf("%d %q", resp.StatusCode, body)
+	})
+}
+
+func TestProcessCrashLoopAndPreviousLogs(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: crash
+spec:
+  nodeName: %s
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sh", "-c", "echo run at $(date +%%s%%N); exit 1"]
+`, node))
+	eventually(t, 60*time.Second, "CrashLoopBackOff after a restart", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "crash", "-o", "jsonpath={.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.waiting.reason} {.status.containerStatuses[0].lastState.terminated.exitCode}")
+		f := strings.Fields(out)
+		return len(f) == 3 && f[0] != "0" && f[1] == "CrashLoopBackOff" && f[2] == "1", out
+	})
+	prev := kubectl(t, "logs", "--previous", "-n", ns, "crash")
+	if !strings.HasPrefix(prev, "run at ") {
+		t.Errorf("kubectl logs --previous = %q, want the last run's output", prev)
+	}
+	events := kubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name=crash", "-o", `jsonpath={range .items[*]}{.reason}{"\n"}{end}`)
+	if !strings.Contains(events, "BackOff") {
+		t.Errorf("no BackOff event; events: %s", events)
+	}
+}
+
+func TestProcessProbes(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	flag := filepath.Join(t.TempDir(), "ready")
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: probed
+  labels: {app: probed}
+spec:
+  nodeName: %[1]s
+  containers:
+  - name: ready
+    image: nodelet.io/none
+    command: ["sleep", "3600"]
+    ports: [{containerPort: 8080}]
+    readinessProbe:
+      exec: {command: ["test", "-f", "%[2]s"]}
+      periodSeconds: 1
+  - name: live
+    image: nodelet.io/none
+    command: ["sleep", "3600"]
+    livenessProbe:
+      exec: {command: ["false"]}
+      periodSeconds: 1
+      failureThreshold: 2
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: probed
+spec:
+  selector: {app: probed}
+  ports: [{port: 80, targetPort: 8080}]
+`, node, flag))
+	eventually(t, 60*time.Second, "liveness failure restarts the container", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "probed", "-o", `jsonpath={.status.containerStatuses[?(@.name=="live")].restartCount}`)
+		n, _ := strconv.Atoi(out)
+		return n >= 1, "restartCount " + out
+	})
+	events := kubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name=probed", "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
+	if !strings.Contains(events, "Liveness probe failed") {
+		t.Errorf("no Unhealthy event for the liveness probe; events:\n%s", events)
+	}
+
+	// Not ready: the EndpointSlice lists the pod as not ready.
+	endpoint := func() string {
+		out, _ := kubectlErr("get", "endpointslices", "-n", ns, "-l", "kubernetes.io/service-name=probed", "-o", `jsonpath={.items[*].endpoints[*].conditions.ready}`)
+		return out
+	}
+	eventually(t, 30*time.Second, "EndpointSlice lists the pod not ready", func() (bool, string) {
+		out := endpoint()
+		return out == "false", out
+	})
+	if got := kubectl(t, "get", "pod", "-n", ns, "probed", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); got != "False" {
+		t.Errorf("Ready = %s while the readiness probe fails", got)
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "EndpointSlice lists the pod ready", func() (bool, string) {
+		out := endpoint()
+		return out == "true", out
+	})
+}
+
+func TestProcessGracefulTermination(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	marker := filepath.Join(t.TempDir(), "got-term")
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: trap
+spec:
+  nodeName: %[1]s
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sh", "-c", "trap 'echo term > %[2]s; exit 0' TERM; while true; do sleep 0.2; done"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: stubborn
+spec:
+  nodeName: %[1]s
+  terminationGracePeriodSeconds: 3
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 0.2; done"]
+`, node, marker))
+	waitPodPhase(t, ns, "trap", "Running", 60*time.Second)
+	waitPodPhase(t, ns, "stubborn", "Running", 60*time.Second)
+
+	kubectl(t, "delete", "pod", "-n", ns, "trap", "--wait=true", "--timeout=60s")
+	if data, err := os.ReadFile(marker); err != nil || strings.TrimSpace(string(data)) != "term" {
+		t.Errorf("the trapping container did not get SIGTERM: %v %q", err, data)
+	}
+
+	start := time.Now()
+	kubectl(t, "delete", "pod", "-n", ns, "stubborn", "--wait=true", "--timeout=60s")
+	// The grace period was given: the pod was not gone before it passed.
+	if took := time.Since(start); took < 3*time.Second {
+		t.Errorf("a container ignoring SIGTERM was gone after %s, before its 3s grace period", took)
+	}
+}
+
+func TestProcessAgentRestartKeepsContainers(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	a := startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: survivor
+spec:
+  nodeName: %s
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sleep", "3600"]
+`, node))
+	waitPodPhase(t, ns, "survivor", "Running", 60*time.Second)
+	// The container's PID in the pod's PID namespace: a restarted process
+	// would get another.
+	pidOf := func() string {
+		return strings.TrimSpace(kubectl(t, "exec", "-n", ns, "survivor", "--", "sh", "-c",
+			`for p in /proc/[0-9]*; do [ "$(head -c 5 $p/cmdline)" = sleep ] && echo ${p#/proc/}; done`))
+	}
+	before := pidOf()
+	started := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].state.running.startedAt}")
+
+	a.kill()
+	a.start()
+	waitReady(t, node, 30*time.Second)
+	eventually(t, 30*time.Second, "agent reconciled its pods after the restart", func() (bool, string) {
+		return strings.Contains(a.logText(), "Start-up reconcile done"), lastLines(a.logText(), 3)
+	})
+	if after := pidOf(); after != before {
+		t.Errorf("container process %s before the agent's kill -9, %s after", before, after)
+	}
+	out := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.running.startedAt}")
+	if out != "Running 0 "+started {
+		t.Errorf("after the agent restart: %q, want Running, restartCount 0, startedAt %s", out, started)
+	}
+}
+
+func TestProcessOOMKilled(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  nodeName: %s
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["python3", "-c", "x = bytearray(512 * 1024 * 1024); print(len(x))"]
+    resources:
+      limits: {memory: 64Mi}
+`, node))
+	eventually(t, 60*time.Second, "container OOMKilled", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "hog", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.reason}")
+		return out == "Failed OOMKilled", out
+	})
+}
+
+func TestProcessKubeletAPIAuth(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	a := startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	base := fmt.Sprintf("https://127.0.0.1:%d", a.port)
+	insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
+
+	resp, err := insecure.Post(base+"/exec/"+ns+"/x/c?command=true&stdout=1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous exec: %d, want 401", resp.StatusCode)
+	}
+
+	// A ServiceAccount with no rights on nodes/proxy is authenticated and
+	// then forbidden.
+	kubectl(t, "create", "serviceaccount", "-n", ns, "nobody")
+	token := strings.TrimSpace(kubectl(t, "create", "token", "-n", ns, "nobody"))
+	req, _ := http.NewRequest(http.MethodPost, base+"/exec/"+ns+"/x/c?command=true&stdout=1", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = insecure.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("exec with a token without nodes/proxy: %d %s, want 403", resp.StatusCode, body)
+	}
+}
+
+// insecureTLS trusts any serving certificate: the kubelet API serves a
+// self-signed one.
+func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} }
