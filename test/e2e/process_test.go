@@ -53,10 +53,28 @@ func startProcessNodelet(t *testing.T, node string, extra ...string) *processAge
 	rootDir := t.TempDir()
 	port := freePort(t)
 	t.Cleanup(func() { checkNoLeaks(t, rootDir) })
-	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca}, extra...)
+	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca,
+		"--address", hostIP(t)}, extra...)
 	a := startNodelet(t, node, args...)
 	waitReady(t, node, 30*time.Second)
 	return &processAgent{agent: a, rootDir: rootDir, port: port}
+}
+
+// hostIP is the machine's first non-loopback IPv4 address: pod IPs are the
+// node's, and Endpoints refuse loopback addresses.
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address for the node")
+	return ""
 }
 
 // checkNoLeaks fails the test if a pod of the agent left a process, a mount
@@ -121,7 +139,7 @@ spec:
       mountPath: /etc/config
   - name: web
     image: nodelet.io/none
-    command: ["python3", "-m", "http.server", "--bind", "127.0.0.1", "%d"]
+    command: ["python3", "-m", "http.server", "--bind", "0.0.0.0", "%d"]
     workingDir: /etc/config
     volumeMounts:
     - name: config
@@ -218,7 +236,8 @@ spec:
 	eventually(t, 60*time.Second, "CrashLoopBackOff after a restart", func() (bool, string) {
 		out, _ := kubectlErr("get", "pod", "-n", ns, "crash", "-o", "jsonpath={.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.waiting.reason} {.status.containerStatuses[0].lastState.terminated.exitCode}")
 		f := strings.Fields(out)
-		return len(f) == 3 && f[0] != "0" && f[1] == "CrashLoopBackOff" && f[2] == "1", out
+		events, _ := kubectlErr("get", "events", "-n", ns, "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
+		return len(f) == 3 && f[0] != "0" && f[1] == "CrashLoopBackOff" && f[2] == "1", out + "\nevents:\n" + events
 	})
 	prev := kubectl(t, "logs", "--previous", "-n", ns, "crash")
 	if !strings.HasPrefix(prev, "run at ") {
@@ -271,7 +290,8 @@ spec:
 	eventually(t, 60*time.Second, "liveness failure restarts the container", func() (bool, string) {
 		out, _ := kubectlErr("get", "pod", "-n", ns, "probed", "-o", `jsonpath={.status.containerStatuses[?(@.name=="live")].restartCount}`)
 		n, _ := strconv.Atoi(out)
-		return n >= 1, "restartCount " + out
+		events, _ := kubectlErr("get", "events", "-n", ns, "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
+		return n >= 1, "restartCount " + out + "\nevents:\n" + events
 	})
 	events := kubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name=probed", "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
 	if !strings.Contains(events, "Liveness probe failed") {
@@ -367,7 +387,7 @@ spec:
 	// would get another.
 	pidOf := func() string {
 		return strings.TrimSpace(kubectl(t, "exec", "-n", ns, "survivor", "--", "sh", "-c",
-			`for p in /proc/[0-9]*; do [ "$(head -c 5 $p/cmdline)" = sleep ] && echo ${p#/proc/}; done`))
+			`for p in /proc/[0-9]*; do [ "$(head -c 5 $p/cmdline)" = sleep ] && echo ${p#/proc/}; done; true`))
 	}
 	before := pidOf()
 	started := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].state.running.startedAt}")

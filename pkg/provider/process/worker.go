@@ -134,6 +134,7 @@ func (w *podWorker) snapshot() *corev1.Pod {
 func (w *podWorker) update(pod *corev1.Pod) {
 	w.mu.Lock()
 	w.pod = pod.DeepCopy()
+	w.volumePaths = nil // set up again: downward API files follow labels and annotations
 	w.mu.Unlock()
 	if err := w.p.saveState(w.state()); err != nil {
 		klog.FromContext(w.p.ctx).Error(err, "Saving pod state failed", "pod", klog.KObj(pod))
@@ -369,20 +370,25 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 // setUp prepares the pod's volumes and sandbox once.
 func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) error {
 	w.mu.Lock()
-	ready := w.sandbox != nil && w.volumePaths != nil
+	paths, sb := w.volumePaths, w.sandbox
 	w.mu.Unlock()
-	if ready {
+	if paths != nil && sb != nil {
 		return nil
 	}
-	paths, err := w.p.parts.Volumes.SetUp(ctx, pod)
-	if err != nil {
-		w.warnAll("FailedMount", fmt.Sprintf("MountVolume.SetUp failed: %v", err))
-		return err
+	if paths == nil {
+		var err error
+		if paths, err = w.p.parts.Volumes.SetUp(ctx, pod); err != nil {
+			w.warnAll("FailedMount", fmt.Sprintf("MountVolume.SetUp failed: %v", err))
+			return err
+		}
 	}
-	sb, err := w.p.parts.Runtime.EnsureSandbox(ctx, runtime.SandboxSpec{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Hostname: pod.Name})
-	if err != nil {
-		w.warnAll("FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-		return err
+	if sb == nil {
+		var err error
+		sb, err = w.p.parts.Runtime.EnsureSandbox(ctx, runtime.SandboxSpec{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Hostname: pod.Name})
+		if err != nil {
+			w.warnAll("FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+			return err
+		}
 	}
 	w.mu.Lock()
 	w.volumePaths, w.sandbox = paths, sb
@@ -514,6 +520,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		return 0 // recorded as exited: the restart policy decides
 	}
 	logger.V(2).Info("Started container", "attempt", attempt)
+	w.kick() // look again at once: its probes start, the next container may follow
 	w.event(corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	if h := lifecycleHandler(c, true); h != nil {
 		go w.postStart(ctx, c, attempt, h)
@@ -571,6 +578,9 @@ func (e execer) ExecSync(ctx context.Context, container string, argv []string) (
 	}
 	var out limitedBuffer
 	code, err := sb.Exec(ctx, container, argv, runtime.StreamIO{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
+	if err != nil && ctx.Err() == nil {
+		e.w.logger(ctx).Error(err, "Running a probe or hook command failed", "container", container, "command", argv)
+	}
 	return out.Bytes(), code, err
 }
 
@@ -771,17 +781,19 @@ func (w *podWorker) terminate(ctx context.Context) error {
 	v := w.viewLocked()
 	w.mu.Unlock()
 	final := podStatus(v)
-	if err := w.p.parts.Runtime.RemoveSandbox(ctx, pod.UID); err != nil {
-		w.mu.Lock()
-		w.gone = false
-		w.mu.Unlock()
-		return fmt.Errorf("remove sandbox: %w", err)
-	}
+	// Volumes first: their tmpfs mounts live in the pod's directory, which
+	// the sandbox's removal deletes.
 	if err := w.p.parts.Volumes.TearDown(ctx, pod); err != nil {
 		w.mu.Lock()
 		w.gone = false
 		w.mu.Unlock()
 		return fmt.Errorf("tear down volumes: %w", err)
+	}
+	if err := w.p.parts.Runtime.RemoveSandbox(ctx, pod.UID); err != nil {
+		w.mu.Lock()
+		w.gone = false
+		w.mu.Unlock()
+		return fmt.Errorf("remove sandbox: %w", err)
 	}
 	if err := os.Remove(w.p.stateFile(pod.UID)); err != nil && !os.IsNotExist(err) {
 		w.logger(ctx).Error(err, "Removing pod state failed")
