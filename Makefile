@@ -15,6 +15,8 @@ LOCAL := .local
 KUBECONFIG_LOCAL := $(LOCAL)/controlplane/admin.kubeconfig
 KUBECTL := bin/controlplane kubectl --kubeconfig $(KUBECONFIG_LOCAL)
 NODE_NAME ?= nodelet-0
+# make run's provider: process (real host processes; needs root) or sim.
+PROVIDER ?= process
 TEST_TIMEOUT ?= 40m
 
 .PHONY: build run stop test unit e2e vet bench clean
@@ -29,7 +31,8 @@ bin/controlplane: $(wildcard hack/controlplane/*.go) hack/controlplane/go.mod ha
 bin/nodelet:
 	$(GO) build -o bin/nodelet ./cmd/nodelet
 
-# run: a local control plane in .local/, one nodelet node, a sample workload.
+# run: a local control plane in .local/, one nodelet node (process provider),
+# a sample workload.
 run: build
 	@mkdir -p $(LOCAL)
 	@if [ -f $(LOCAL)/controlplane.pid ] && kill -0 $$(cat $(LOCAL)/controlplane.pid) 2>/dev/null; then \
@@ -42,7 +45,9 @@ run: build
 	@if [ -f $(LOCAL)/nodelet.pid ] && kill -0 $$(cat $(LOCAL)/nodelet.pid) 2>/dev/null; then \
 		echo "nodelet already running"; \
 	else \
-		nohup bin/nodelet --kubeconfig $(KUBECONFIG_LOCAL) --node-name $(NODE_NAME) --provider sim > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
+		nohup bin/nodelet --kubeconfig $(KUBECONFIG_LOCAL) --node-name $(NODE_NAME) --provider $(PROVIDER) \
+			--root-dir $(CURDIR)/$(LOCAL)/nodelet --client-ca-file $(LOCAL)/controlplane/pki/ca.crt \
+			--node-labels nodelet.io/sample=true > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
 	fi
 	@for i in $$(seq 1 60); do $(KUBECTL) get node $(NODE_NAME) >/dev/null 2>&1 && break; sleep 1; done
 	$(KUBECTL) wait --for=condition=Ready node/$(NODE_NAME) --timeout=60s
@@ -51,6 +56,7 @@ run: build
 	@echo
 	@echo "nodelet node $(NODE_NAME) is running the sample Deployment. Look at it with:"
 	@echo "  $(KUBECTL) get nodes,pods -o wide"
+	@echo "  $(KUBECTL) logs deployment/sample"
 	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/. Stop with: make stop"
 
 stop:
@@ -85,6 +91,10 @@ bench: build bin/kwok
 	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
 		--kwok-stages $$($(GO) env GOMODCACHE)/sigs.k8s.io/kwok@$(KWOK_VERSION)/kustomize/stage
 
-# clean: stop what make run started, remove binaries and the local cluster.
-clean: stop
+# clean: delete the sample workload (its processes outlive the agent by
+# design), stop what make run started, remove binaries and the local cluster.
+clean:
+	-@[ -f $(LOCAL)/controlplane/ready ] && $(KUBECTL) delete deployment sample --ignore-not-found --wait=true --timeout=60s && \
+		$(KUBECTL) wait --for=delete pod -l app=sample --timeout=60s 2>/dev/null; true
+	@$(MAKE) --no-print-directory stop
 	rm -rf bin $(LOCAL)
