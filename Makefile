@@ -19,7 +19,7 @@ NODE_NAME ?= nodelet-0
 PROVIDER ?= process
 TEST_TIMEOUT ?= 40m
 
-.PHONY: build run stop test unit e2e vet bench clean
+.PHONY: build run stop test unit e2e vet bench bench-process clean
 
 build: bin/controlplane bin/nodelet
 
@@ -90,6 +90,10 @@ bin/kwok:
 bench: build bin/kwok
 	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
 		--kwok-stages $$($(GO) env GOMODCACHE)/sigs.k8s.io/kwok@$(KWOK_VERSION)/kustomize/stage
+
+# bench-process: the process provider, 100 pods of a Deployment (needs root).
+bench-process: build
+	$(GO) run ./bench --process-pods 100 --out bench/results-process.json
 
 # clean: delete the sample workload (its processes outlive the agent by
 # design), stop what make run started, remove binaries and the local cluster.

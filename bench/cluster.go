@@ -93,6 +93,7 @@ type cluster struct {
 	created  map[string]time.Time // pod name → create accepted
 	running  map[string]time.Time // pod name → first seen Running and Ready
 	podCount atomic.Int64
+	pods     cache.SharedIndexInformer
 }
 
 const benchNamespace = "bench"
@@ -117,7 +118,8 @@ func newCluster(kubeconfig string) (*cluster, error) {
 		AddFunc:    c.onNode,
 		UpdateFunc: func(_, obj any) { c.onNode(obj) },
 	})
-	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.pods = f.Core().V1().Pods().Informer()
+	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onPod,
 		UpdateFunc: func(_, obj any) { c.onPod(obj) },
 		DeleteFunc: func(any) { c.podCount.Add(-1) },
@@ -128,6 +130,8 @@ func newCluster(kubeconfig string) (*cluster, error) {
 }
 
 func (c *cluster) stop() { c.cancel() }
+
+func (c *cluster) podInformer() cache.SharedIndexInformer { return c.pods }
 
 func (c *cluster) onNode(obj any) {
 	n := obj.(*corev1.Node)

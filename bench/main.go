@@ -67,7 +67,23 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
 	flag.StringVar(&o.kwokStages, "kwok-stages", "", "kwok's kustomize/stage directory (from its module), for its default fast stages")
+	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
+	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
 	flag.Parse()
+	if *processPods > 0 {
+		r, err := measureProcess(context.Background(), o, *processPods, *processIdle)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench process: %v\n", err)
+			os.Exit(1)
+		}
+		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": []processResult{r}}, "", "  ")
+		fmt.Printf("%s\n", data)
+		if err := os.WriteFile(o.out, append(data, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	o.agents = strings.Split(agents, ",")
 
 	ctx := context.Background()
@@ -260,16 +276,19 @@ func procCPU(pid int) float64 {
 	return (utime + stime) / 100 // USER_HZ
 }
 
-func procPeakRSS(pid int) float64 {
+func procPeakRSS(pid int) float64 { return procStatusKB(pid, "VmHWM:") / 1024 }
+
+// procStatusKB reads one kB field of /proc/PID/status.
+func procStatusKB(pid int, field string) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return math.NaN()
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			var kb float64
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "VmHWM:"), "kB")), &kb)
-			return kb / 1024
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb
 		}
 	}
 	return math.NaN()

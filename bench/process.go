@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// processResult is what the process provider scored: pods of a Deployment
+// placed by the real scheduler, from creation to Running and Ready, and the
+// agent's cost while they run idle.
+type processResult struct {
+	Agent             string  `json:"agent"`
+	Pods              int     `json:"pods"`
+	PodRunningP50     float64 `json:"podCreateToRunningP50Seconds"`
+	PodRunningP99     float64 `json:"podCreateToRunningP99Seconds"`
+	IdleSeconds       float64 `json:"idleSeconds"`
+	IdleAgentCores    float64 `json:"idleAgentCores"`
+	IdleAgentRSSMiB   float64 `json:"idleAgentRSSMiB"`
+	AgentPeakRSSMiB   float64 `json:"agentPeakRSSMiB"`
+	LastDeleteToGone  float64 `json:"lastDeleteToAllGoneSeconds"`
+	SupervisorsRSSMiB float64 `json:"sandboxesAndShimsRSSMiB"`
+}
+
+// measureProcess runs one process-provider node and a Deployment of m
+// replicas on it.
+func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (processResult, error) {
+	r := processResult{Agent: "nodelet-process", Pods: m}
+	cp, err := startControlPlane(ctx, o.bin)
+	if err != nil {
+		return r, err
+	}
+	defer cp.stop()
+	cl, err := newCluster(cp.kubeconfig)
+	if err != nil {
+		return r, err
+	}
+	defer cl.stop()
+	// A pod counts as created when the watch first sees it: creation
+	// timestamps have whole seconds only.
+	seen := map[string]time.Time{}
+	inf := cl.podInformer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		p := obj.(*corev1.Pod)
+		cl.mu.Lock()
+		if _, ok := seen[p.Name]; !ok {
+			seen[p.Name] = time.Now()
+		}
+		cl.mu.Unlock()
+	}})
+
+	rootDir := filepath.Join(cp.dir, "nodelet")
+	args := []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench-process",
+		"--provider", "process", "--root-dir", rootDir, "--port", "10251",
+		"--client-ca-file", filepath.Join(cp.dir, "pki", "ca.crt")}
+	proc, err := startAgent(cp.dir, "nodelet-process", args)
+	if err != nil {
+		return r, err
+	}
+	defer proc.stop()
+	if err := cl.waitNodesReady(ctx, 1, 2*time.Minute); err != nil {
+		return r, fmt.Errorf("process node: %w (log %s)", err, proc.logPath)
+	}
+
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: benchNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(m)),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "idle"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "idle"}},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{"kubernetes.io/hostname": "bench-process"},
+					TerminationGracePeriodSeconds: ptr.To(int64(5)),
+					AutomountServiceAccountToken:  ptr.To(false),
+					Containers:                    []corev1.Container{{Name: "app", Image: "bench:1", Command: []string{"sleep", "3600"}}},
+				},
+			},
+		},
+	}
+	logf("process: creating a Deployment of %d replicas", m)
+	if _, err := cl.client.AppsV1().Deployments(benchNamespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		return r, fmt.Errorf("create deployment: %w", err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		cl.mu.Lock()
+		n := len(cl.running)
+		cl.mu.Unlock()
+		if n >= m {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("%d of %d pods Running after 5 minutes (log %s)", n, m, proc.logPath)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cl.mu.Lock()
+	var lat []time.Duration
+	for name, t := range cl.running {
+		lat = append(lat, max(t.Sub(seen[name]), 0))
+	}
+	cl.mu.Unlock()
+	s := sortedSeconds(lat)
+	r.PodRunningP50, r.PodRunningP99 = percentile(s, 0.5), percentile(s, 0.99)
+	logf("process: %d pods Running: p50 %.3fs p99 %.3fs", m, r.PodRunningP50, r.PodRunningP99)
+
+	cpu0 := procCPU(proc.cmd.Process.Pid)
+	time.Sleep(idle)
+	r.IdleSeconds = idle.Seconds()
+	r.IdleAgentCores = (procCPU(proc.cmd.Process.Pid) - cpu0) / idle.Seconds()
+	r.IdleAgentRSSMiB = procRSS(proc.cmd.Process.Pid)
+	r.AgentPeakRSSMiB = procPeakRSS(proc.cmd.Process.Pid)
+	r.SupervisorsRSSMiB = supervisorsRSS(rootDir)
+	logf("process: idle %s: agent %.3f cores, RSS %.0f MiB; sandboxes and shims %.0f MiB", idle, r.IdleAgentCores, r.IdleAgentRSSMiB, r.SupervisorsRSSMiB)
+
+	start := time.Now()
+	if err := cl.client.AppsV1().Deployments(benchNamespace).Delete(ctx, "idle", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		return r, fmt.Errorf("delete deployment: %w", err)
+	}
+	for len(inf.GetStore().List()) > 0 {
+		if time.Since(start) > 5*time.Minute {
+			return r, fmt.Errorf("pods left 5 minutes after the deletion")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.LastDeleteToGone = time.Since(start).Seconds()
+	return r, nil
+}
+
+// procRSS is a process's resident memory now, in MiB.
+func procRSS(pid int) float64 { return procStatusKB(pid, "VmRSS:") / 1024 }
+
+// supervisorsRSS sums the resident memory of the sandboxes and shims whose
+// command line names rootDir.
+func supervisorsRSS(rootDir string) float64 {
+	entries, _ := os.ReadDir("/proc")
+	total := 0.0
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmdline), rootDir) && strings.Contains(string(cmdline), "runtime-") {
+			total += procRSS(pid)
+		}
+	}
+	return total
+}
