@@ -281,7 +281,7 @@ func (r *resolver) valueFrom(src *corev1.EnvVarSource) (value string, ok bool, e
 	case src.ResourceFieldRef != nil:
 		c := r.c
 		if name := src.ResourceFieldRef.ContainerName; name != "" && name != c.Name {
-			if c = findContainer(r.pod, name); c == nil {
+			if c = FindContainer(r.pod, name); c == nil {
 				return "", false, fmt.Errorf("resourceFieldRef: no container %q in pod", name)
 			}
 		}
@@ -373,7 +373,9 @@ func (r *resolver) hostIPs() []string {
 	return ips
 }
 
-func findContainer(pod *corev1.Pod, name string) *corev1.Container {
+// FindContainer returns the pod's container (or init container) of that
+// name, or nil.
+func FindContainer(pod *corev1.Pod, name string) *corev1.Container {
 	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for i := range list {
 			if list[i].Name == name {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	envvars "github.com/nodelet/nodelet/pkg/provider/process/env"
 )
 
 // execProbe runs the probe command in the container: exit code 0 is Success,
@@ -54,42 +56,7 @@ func expandCommand(argv []string, env []corev1.EnvVar) []string {
 	}
 	out := make([]string, len(argv))
 	for i, arg := range argv {
-		out[i] = expand(arg, vars)
+		out[i] = envvars.Expand(arg, envvars.MapLookup(vars))
 	}
 	return out
-}
-
-func expand(s string, vars map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch next := s[i+1]; next {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				// Unterminated: keep the rest as written.
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }

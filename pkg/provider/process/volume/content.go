@@ -221,7 +221,7 @@ func downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mod
 		case it.FieldRef != nil:
 			val, err = envvars.MetadataField(pod, it.FieldRef.FieldPath)
 		case it.ResourceFieldRef != nil:
-			c := findContainer(pod, it.ResourceFieldRef.ContainerName)
+			c := envvars.FindContainer(pod, it.ResourceFieldRef.ContainerName)
 			if c == nil {
 				return fmt.Errorf("downward API file %q: no container %q in pod", it.Path, it.ResourceFieldRef.ContainerName)
 			}
@@ -237,17 +237,6 @@ func downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mod
 			f.mode = os.FileMode(*it.Mode) & os.ModePerm
 		}
 		files[it.Path] = f
-	}
-	return nil
-}
-
-func findContainer(pod *corev1.Pod, name string) *corev1.Container {
-	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range list {
-			if list[i].Name == name {
-				return &list[i]
-			}
-		}
 	}
 	return nil
 }
