@@ -470,3 +470,62 @@ func TestProcessKubeletAPIAuth(t *testing.T) {
 // insecureTLS trusts any serving certificate: the kubelet API serves a
 // self-signed one.
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} }
+
+func TestProcessInitContainersAndDeadline(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	// The volume hides, inside the containers, the directory of nodelet's
+	// own binaries: the supervisor must still start the containers.
+	work := filepath.Join(root, "bin")
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: staged
+spec:
+  nodeName: %[1]s
+  initContainers:
+  - name: first
+    image: nodelet.io/none
+    command: ["sh", "-c", "echo one > %[2]s/log"]
+    volumeMounts: [{name: work, mountPath: %[2]s}]
+  - name: second
+    image: nodelet.io/none
+    command: ["sh", "-c", "echo two >> %[2]s/log"]
+    volumeMounts: [{name: work, mountPath: %[2]s}]
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sh", "-c", "cat %[2]s/log; sleep 3600"]
+    volumeMounts: [{name: work, mountPath: %[2]s}]
+  volumes:
+  - name: work
+    emptyDir: {}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: bounded
+spec:
+  nodeName: %[1]s
+  activeDeadlineSeconds: 3
+  containers:
+  - name: main
+    image: nodelet.io/none
+    command: ["sleep", "3600"]
+`, node, work))
+	waitPodPhase(t, ns, "staged", "Running", 60*time.Second)
+	eventually(t, 30*time.Second, "init containers ran in order before the main one", func() (bool, string) {
+		out, err := kubectlErr("logs", "-n", ns, "staged", "-c", "main")
+		return err == nil && out == "one\ntwo\n", fmt.Sprint(out, err)
+	})
+	if out := kubectl(t, "get", "pod", "-n", ns, "staged", "-o", `jsonpath={.status.initContainerStatuses[*].state.terminated.reason} {.status.conditions[?(@.type=="Initialized")].status}`); out != "Completed Completed True" {
+		t.Errorf("init container states and Initialized: %q, want both Completed and True", out)
+	}
+	eventually(t, 60*time.Second, "pod past its active deadline fails", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "bounded", "-o", "jsonpath={.status.phase} {.status.reason}")
+		return out == "Failed DeadlineExceeded", out
+	})
+}

@@ -216,7 +216,9 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) 
 		return 0, nil, err
 	}
 	defer sr.Close()
-	pid, waitCh, err := s.r.start(s.cfg.Exe, args, &syscall.ProcAttr{
+	// Our own binary by its open inode: a volume mounted over the
+	// directory that holds it (say /work over /work/bin) must not hide it.
+	pid, waitCh, err := s.r.start("/proc/self/exe", args, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   env,
 		Files: []uintptr{stdio[0], stdio[1], stdio[2], sw.Fd()},
