@@ -124,7 +124,8 @@ func New(parts Parts, opts Options) (*Provider, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	logger := klog.Background().WithValues("node", opts.NodeName, "provider", "process")
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	p := &Provider{
 		opts: opts, parts: parts, clock: opts.Clock,
 		ctx: ctx, cancel: cancel,
@@ -138,7 +139,6 @@ func New(parts Parts, opts Options) (*Provider, error) {
 // supervises the pods until ctx ends. The pods keep running after it
 // returns.
 func (p *Provider) Run(ctx context.Context) error {
-	p.ctx = klog.NewContext(p.ctx, klog.FromContext(ctx).WithValues("provider", "process"))
 	if err := p.load(); err != nil {
 		return err
 	}
