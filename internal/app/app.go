@@ -95,7 +95,11 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	podProviders := make(map[string]provider.PodLifecycleHandler, len(nodes))
 	for _, n := range nodes {
 		names = append(names, n.Template.Name)
-		podProviders[n.Template.Name] = n.Provider.(provider.PodLifecycleHandler)
+		pods, ok := n.Provider.(provider.PodLifecycleHandler)
+		if !ok {
+			return fmt.Errorf("provider of node %s runs no pods", n.Template.Name)
+		}
+		podProviders[n.Template.Name] = pods
 	}
 	if loops == nil {
 		loops = map[string]func(context.Context) error{}

@@ -352,16 +352,13 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		st, ok := w.sandbox.Container(c.Name)
-		switch {
-		case !ok:
+		if !ok {
 			soonest(w.startContainer(ctx, pod, c, 0))
-		case st.State == runtime.StateRunning:
-			w.syncProbes(ctx, pod, c, st)
-		case restarts(pod, c, false, st.ExitCode):
-			w.syncProbes(ctx, pod, c, st)
+			continue
+		}
+		w.syncProbes(ctx, pod, c, st)
+		if st.State != runtime.StateRunning && restarts(pod, c, false, st.ExitCode) {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
-		default:
-			w.syncProbes(ctx, pod, c, st)
 		}
 	}
 	return next
