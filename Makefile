@@ -30,7 +30,7 @@ bin/controlplane: $(wildcard hack/controlplane/*.go) hack/controlplane/go.mod ha
 .PHONY: bin/nodelet
 bin/nodelet:
 	$(GO) build -o bin/nodelet ./cmd/nodelet
-	$(GO) build -o bin/nodelet-shim ./cmd/nodelet-shim
+	CGO_ENABLED=0 $(GO) build -o bin/nodelet-shim ./cmd/nodelet-shim
 
 # run: a local control plane in .local/, one nodelet node (process provider),
 # a sample workload.

@@ -52,7 +52,6 @@ type sandboxRecord struct {
 // shimConfig is everything a shim needs to run one container attempt.
 type shimConfig struct {
 	Spec        ContainerSpec `json:"spec"`
-	Exe         string        `json:"exe"`
 	LogPath     string        `json:"logPath"`
 	LogMaxSize  int64         `json:"logMaxSize"`
 	LogMaxFiles int           `json:"logMaxFiles"`
@@ -78,7 +77,10 @@ type exitRecord struct {
 }
 
 // writeJSONAtomic writes v to path through a temporary file and a rename, so
-// that readers see the old content or the new, never a part.
+// that readers see the old content or the new, never a part, whenever the
+// writer dies. There is no fsync: these records describe processes, and a
+// crash of the machine, the one thing an fsync guards against, ends the
+// processes too; it would only slow every container start.
 func writeJSONAtomic(path string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -89,9 +91,6 @@ func writeJSONAtomic(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -12,13 +13,12 @@ import (
 const (
 	cmdSandbox = "runtime-sandbox" // runtime-sandbox <pod dir>
 	cmdShim    = "runtime-shim"    // runtime-shim <attempt dir>
-	cmdExec    = "runtime-exec"    // runtime-exec [--cgroup DIR]... [--cwd DIR] -- argv...
 )
 
 // IsSubcommand tells whether name (os.Args[1]) is one of the runtime's
 // subcommands, to be run by Main.
 func IsSubcommand(name string) bool {
-	return name == cmdSandbox || name == cmdShim || name == cmdExec
+	return name == cmdSandbox || name == cmdShim
 }
 
 // Main runs a runtime subcommand; args start with its name. It returns the
@@ -42,8 +42,6 @@ func Main(args []string) int {
 			break
 		}
 		err = runShim(args[1])
-	case cmdExec:
-		return runExecHelper(args[1:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q", args[0])
 	}
@@ -54,77 +52,50 @@ func Main(args []string) int {
 	return 0
 }
 
-// execStatusFD is the descriptor on which runtime-exec reports why it could
-// not exec; it is closed on a successful exec.
-const execStatusFD = 3
-
 // startErrorCode is the exit code of an attempt that could not start.
 const startErrorCode = 128
 
-// runExecHelper joins the container's cgroups, changes to its working
-// directory and execs its command, so the command is confined before any of
-// its code runs. The environment is the container's.
-func runExecHelper(args []string) int {
-	status := os.NewFile(execStatusFD, "status")
-	syscall.CloseOnExec(execStatusFD)
-	fail := func(format string, a ...any) int {
-		msg := fmt.Sprintf(format, a...)
-		if status != nil {
-			status.WriteString(msg)
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		return startErrorCode
+// joinCgroupsForFork makes the next child forked by the calling thread
+// start in the cgroups dirs. On v1 the thread itself moves (a v1 hierarchy
+// places threads one by one); on v2 the fork goes straight into the cgroup
+// (CLONE_INTO_CGROUP) through attr. The caller has locked its OS thread.
+func joinCgroupsForFork(dirs []string, v2 bool, attr *syscall.ProcAttr) error {
+	if len(dirs) == 0 {
+		return nil
 	}
-	var cgroups []string
-	var cwd string
-	for len(args) > 0 && args[0] != "--" {
-		if len(args) < 2 {
-			return fail("%s: bad arguments", cmdExec)
+	if v2 {
+		fd, err := syscall.Open(dirs[0], syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open cgroup %s: %w", dirs[0], err)
 		}
-		switch args[0] {
-		case "--cgroup":
-			cgroups = append(cgroups, args[1])
-		case "--cwd":
-			cwd = args[1]
-		default:
-			return fail("%s: unknown flag %s", cmdExec, args[0])
-		}
-		args = args[2:]
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
+		return nil
 	}
-	if len(args) < 2 {
-		return fail("%s: no command", cmdExec)
-	}
-	argv := args[1:]
-	for _, dir := range cgroups {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
-			return fail("join cgroup %s: %v", dir, err)
+	tid := []byte(strconv.Itoa(syscall.Gettid()))
+	for _, dir := range dirs {
+		if err := os.WriteFile(filepath.Join(dir, "tasks"), tid, 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
 		}
 	}
-	if cwd != "" {
-		if err := os.Chdir(cwd); err != nil {
-			return fail("working directory: %v", err)
-		}
-	}
-	env := os.Environ()
-	path, err := lookPath(argv[0], env)
-	if err != nil {
-		return fail("%v", err)
-	}
-	err = syscall.Exec(path, argv, env)
-	return fail("exec %s: %v", argv[0], err)
+	return nil
 }
 
-// lookPath finds the executable file of name: name itself when it has a
-// slash, else the first match in the environment's PATH.
-func lookPath(name string, env []string) (string, error) {
+// lookPath finds the executable file of name: name itself (relative to
+// the working directory dir) when it has a slash, else the first match in
+// the environment's PATH.
+func lookPath(name, dir string, env []string) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("empty command")
 	}
 	if strings.Contains(name, "/") {
-		if err := executable(name); err != nil {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
 			return "", fmt.Errorf("exec %q: %w", name, err)
 		}
-		return name, nil
+		return p, nil
 	}
 	path := defaultPath
 	for _, kv := range env {
@@ -132,11 +103,11 @@ func lookPath(name string, env []string) (string, error) {
 			path = v
 		}
 	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
+	for _, entry := range filepath.SplitList(path) {
+		if !filepath.IsAbs(entry) {
+			entry = filepath.Join(dir, entry)
 		}
-		p := filepath.Join(dir, name)
+		p := filepath.Join(entry, name)
 		if executable(p) == nil {
 			return p, nil
 		}

@@ -200,17 +200,18 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), rec); err != nil {
 		return nil, err
 	}
-	pid, err := m.startSandbox(dir)
+	pid, ready, err := m.startSandbox(dir)
 	if err != nil {
 		return nil, err
 	}
+	defer ready.Close()
 	rec.PID = pid
 	rec.StartTime, _, _ = procStat(pid)
 	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), rec); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return nil, err
 	}
-	if err := m.waitReady(ctx, dir, rec); err != nil {
+	if err := waitReady(ctx, dir, ready); err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return nil, err
 	}
@@ -219,50 +220,57 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 }
 
 // startSandbox starts the sandbox process in new PID, UTS, IPC and mount
-// namespaces and its own session, so that it outlives the agent.
-func (m *Manager) startSandbox(dir string) (int, error) {
+// namespaces and its own session, so that it outlives the agent. The
+// sandbox writes a byte on the returned pipe once it serves its socket.
+func (m *Manager) startSandbox(dir string) (int, *os.File, error) {
 	out, err := os.OpenFile(filepath.Join(dir, sandboxLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
-		return 0, fmt.Errorf("open sandbox log: %w", err)
+		return 0, nil, fmt.Errorf("open sandbox log: %w", err)
 	}
 	defer out.Close()
+	ready, w, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer w.Close()
 	cmd := exec.Command(m.opts.Exe, cmdSandbox, dir)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + defaultPath}
 	cmd.Stdout, cmd.Stderr = out, out
+	cmd.ExtraFiles = []*os.File{w} // descriptor 3: sandboxReadyFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNS,
 		Setsid:     true,
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start sandbox: %w", err)
+		ready.Close()
+		return 0, nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	// Reap it if it ends while we run; an agent that dies leaves it running.
 	go func() { _ = cmd.Wait() }()
-	return cmd.Process.Pid, nil
+	return cmd.Process.Pid, ready, nil
 }
 
-// waitReady waits until the sandbox serves its socket.
-func (m *Manager) waitReady(ctx context.Context, dir string, rec sandboxRecord) error {
-	deadline := m.opts.Clock.Now().Add(30 * time.Second)
-	sock := filepath.Join(dir, sandboxSock)
-	for {
-		if c, err := dialPacket(ctx, sock); err == nil {
-			c.Close()
-			return nil
-		}
-		if !processAlive(rec.PID, rec.StartTime) {
-			log, _ := os.ReadFile(filepath.Join(dir, sandboxLog))
-			return fmt.Errorf("sandbox exited at start: %s", strings.TrimSpace(string(log)))
-		}
-		if m.opts.Clock.Now().After(deadline) {
-			return errors.New("sandbox did not become ready in 30s")
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for sandbox: %w", ctx.Err())
-		case <-m.opts.Clock.After(10 * time.Millisecond):
-		}
+// waitReady waits until the sandbox says, on ready, that it serves its
+// socket; a sandbox that exits first closes the pipe without a word.
+func waitReady(ctx context.Context, dir string, ready *os.File) error {
+	if err := ready.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ready.SetReadDeadline(time.Now()) })
+	defer stop()
+	var b [1]byte
+	n, err := ready.Read(b[:])
+	switch {
+	case n == 1:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("wait for sandbox: %w", ctx.Err())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errors.New("sandbox did not become ready in 30s")
+	default:
+		log, _ := os.ReadFile(filepath.Join(dir, sandboxLog))
+		return fmt.Errorf("sandbox exited at start: %s", strings.TrimSpace(string(log)))
 	}
 }
 

@@ -148,6 +148,23 @@ func TestContainerLifecycle(t *testing.T) {
 	if !bytes.Contains(cmdline, []byte("echo hello")) {
 		t.Errorf("PID %d runs %q", st.PID, cmdline)
 	}
+	// It runs in the container's cgroup of every hierarchy, and its shim
+	// does not.
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "/pod" + string(s.Spec().UID) + "/main\n"
+	lines := strings.Split(strings.TrimSpace(string(cg)), "\n")
+	for _, line := range lines {
+		v2 := len(lines) == 1 && strings.HasPrefix(line, "0::")
+		if (v2 || strings.Contains(line, ":memory:") || strings.Contains(line, ":pids:")) && !strings.HasSuffix(line+"\n", want) {
+			t.Errorf("container cgroup line %q does not end in %q", line, want)
+		}
+	}
+	if self, _ := os.ReadFile("/proc/self/cgroup"); bytes.Contains(self, []byte("/pod"+string(s.Spec().UID))) {
+		t.Errorf("the test process joined the pod's cgroup: %s", self)
+	}
 	if err := s.StartContainer(e.ctx, ContainerSpec{Name: "main", Attempt: 1, Args: []string{"true"}}); err == nil {
 		t.Error("second attempt started while the first runs")
 	}
@@ -507,4 +524,47 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+func TestValidContainerName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"main": true, "a": true, "web-1": true, "a.b_c": true, "A9": true,
+		strings.Repeat("x", 253): true, strings.Repeat("x", 254): false,
+		"": false, "-a": false, "a-": false, ".": false, "..": false, "a/b": false, "a b": false, "é": false,
+	} {
+		if got := validContainerName(name); got != want {
+			t.Errorf("validContainerName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(dir, "bin", "tool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, dir string
+		env       []string
+		want      string
+	}{
+		{"tool", "/", []string{"PATH=/nowhere:" + dir + "/bin"}, tool},
+		{"tool", dir, []string{"PATH=bin"}, tool}, // a relative PATH entry is under the working directory
+		{"./bin/tool", dir, nil, tool},            // so is a relative command
+		{tool, "/", nil, tool},
+	} {
+		got, err := lookPath(c.name, c.dir, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("lookPath(%q, %q, %q) = %q, %v; want %q", c.name, c.dir, c.env, got, err, c.want)
+		}
+	}
+	for _, name := range []string{"no-such-tool-xyz", "./bin", "bin/missing"} {
+		if got, err := lookPath(name, dir, nil); err == nil {
+			t.Errorf("lookPath(%q) = %q, want an error", name, got)
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,7 +77,23 @@ func (s *Sandbox) containerNames() []string {
 	return names
 }
 
-var containerName = regexp.MustCompile(`^[A-Za-z0-9]([-_.A-Za-z0-9]{0,251}[A-Za-z0-9])?$`)
+// validContainerName tells whether name is safe as a directory name: 1 to
+// 253 letters, digits, '-', '_' or '.', starting and ending with a letter or
+// digit. (A regular expression would do, but compiling it would cost every
+// shim's start more than the check itself.)
+func validContainerName(name string) bool {
+	if len(name) == 0 || len(name) > 253 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || i == len(name)-1 || c != '-' && c != '_' && c != '.') {
+			return false
+		}
+	}
+	return true
+}
 
 // StartContainer starts one attempt of a container and returns once its
 // main process runs. An attempt that could not start is recorded as exited
@@ -86,7 +101,7 @@ var containerName = regexp.MustCompile(`^[A-Za-z0-9]([-_.A-Za-z0-9]{0,251}[A-Za-
 // attempt that runs already is a no-op; starting while another attempt of
 // the container runs is an error.
 func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error {
-	if !containerName.MatchString(spec.Name) {
+	if !validContainerName(spec.Name) {
 		return fmt.Errorf("invalid container name %q", spec.Name)
 	}
 	if spec.Attempt < 0 {
@@ -131,7 +146,6 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 	}
 	cfg := shimConfig{
 		Spec:        spec,
-		Exe:         s.m.opts.Exe,
 		LogPath:     s.LogPath(spec.Name, spec.Attempt),
 		LogMaxSize:  s.m.opts.LogMaxSize,
 		LogMaxFiles: s.m.opts.LogMaxFiles,

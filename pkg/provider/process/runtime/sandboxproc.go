@@ -16,10 +16,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// sandboxReadyFD is the descriptor on which the sandbox tells the agent
+// that it serves its socket.
+const sandboxReadyFD = 3
+
 // runSandbox is the pod sandbox: PID 1 of the pod's namespaces. It names
 // the pod's host, keeps its mounts private, reaps orphans and starts a shim
 // per container attempt when the agent asks on its socket.
 func runSandbox(podDir string) error {
+	syscall.CloseOnExec(sandboxReadyFD)
+	ready := os.NewFile(sandboxReadyFD, "ready")
 	ctx := klog.NewContext(context.Background(), klog.Background().WithValues("sandbox", podDir))
 	logger := klog.FromContext(ctx)
 	var rec sandboxRecord
@@ -51,6 +57,10 @@ func runSandbox(podDir string) error {
 		return err
 	}
 	logger.Info("Sandbox ready", "hostname", hostname)
+	if ready != nil {
+		_, _ = ready.Write([]byte{1})
+		ready.Close()
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own executable: %w", err)

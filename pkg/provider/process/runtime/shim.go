@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -189,18 +190,10 @@ func (s *shim) start() (<-chan syscall.WaitStatus, error) {
 	return waitCh, nil
 }
 
-// spawn starts argv through runtime-exec in the container's cgroups and
-// working directory, and returns once it exec'd or failed to.
+// spawn starts argv in the container's cgroups and working directory with
+// the container's environment, and returns once it exec'd or failed to.
 func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) (int, <-chan syscall.WaitStatus, error) {
 	spec := s.cfg.Spec
-	args := []string{s.cfg.Exe, cmdExec}
-	for _, dir := range s.cfg.Cgroups {
-		args = append(args, "--cgroup", dir)
-	}
-	if spec.WorkingDir != "" {
-		args = append(args, "--cwd", spec.WorkingDir)
-	}
-	args = append(append(args, "--"), argv...)
 	env := spec.Env
 	hasPath := false
 	for _, kv := range env {
@@ -211,29 +204,45 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) 
 	if !hasPath {
 		env = append(append([]string(nil), env...), "PATH="+defaultPath)
 	}
-	sr, sw, err := os.Pipe()
+	if len(argv) == 0 {
+		return 0, nil, errors.New("no command")
+	}
+	dir := spec.WorkingDir
+	if dir == "" {
+		dir = "/"
+	}
+	path, err := lookPath(argv[0], dir, env)
 	if err != nil {
 		return 0, nil, err
 	}
-	defer sr.Close()
-	// Our own binary by its open inode: a volume mounted over the
-	// directory that holds it (say /work over /work/bin) must not hide it.
-	pid, waitCh, err := s.r.start("/proc/self/exe", args, &syscall.ProcAttr{
-		Dir:   "/",
-		Env:   env,
-		Files: []uintptr{stdio[0], stdio[1], stdio[2], sw.Fd()},
-		Sys:   sys,
-	})
-	sw.Close()
-	if err != nil {
-		return 0, nil, fmt.Errorf("start %s: %w", cmdExec, err)
+	attr := &syscall.ProcAttr{Dir: dir, Env: env, Files: stdio[:], Sys: sys}
+	type result struct {
+		pid    int
+		waitCh <-chan syscall.WaitStatus
+		err    error
 	}
-	msg, _ := io.ReadAll(sr)
-	if len(msg) > 0 {
-		<-waitCh
-		return 0, nil, errors.New(string(msg))
+	done := make(chan result, 1)
+	go func() {
+		// The child is forked from this thread, in this thread's cgroups,
+		// so that it is confined before any of its code runs. The thread
+		// is never unlocked: it ends with the goroutine rather than carry
+		// the container's cgroups back into the shim.
+		goruntime.LockOSThread()
+		if err := joinCgroupsForFork(s.cfg.Cgroups, s.cfg.CgroupV2, attr); err != nil {
+			done <- result{err: err}
+			return
+		}
+		pid, waitCh, err := s.r.start(path, argv, attr)
+		if attr.Sys.UseCgroupFD {
+			syscall.Close(attr.Sys.CgroupFD)
+		}
+		done <- result{pid, waitCh, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		return 0, nil, fmt.Errorf("start %s: %w", argv[0], r.err)
 	}
-	return pid, waitCh, nil
+	return r.pid, r.waitCh, nil
 }
 
 // bindMount binds a host file or directory at its destination, creating
