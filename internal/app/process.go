@@ -91,6 +91,7 @@ func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLife
 		Hosts:                 []string{cfg.NodeName, cfg.Address},
 		TLSCertFile:           cfg.TLSCertFile,
 		TLSPrivateKeyFile:     cfg.TLSPrivateKeyFile,
+		TLSBootstrap:          cfg.ServerTLSBootstrap,
 		CertDir:               filepath.Join(cfg.RootDir, "pki"),
 		ClientCAFile:          cfg.Authentication.X509.ClientCAFile,
 		WebhookAuthentication: ptr.To(ptr.Deref(cfg.Authentication.Webhook.Enabled, true)),

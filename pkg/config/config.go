@@ -77,9 +77,17 @@ type Config struct {
 	// with sim (thousands of sim nodes share one address).
 	EnableServer *bool `json:"enableServer,omitempty"`
 	// TLSCertFile and TLSPrivateKeyFile are the server's certificate and
-	// key; when unset, a self-signed certificate is generated at start.
+	// key; when unset (and serverTLSBootstrap is not set), a self-signed
+	// certificate is generated at start.
 	TLSCertFile       string `json:"tlsCertFile,omitempty"`
 	TLSPrivateKeyFile string `json:"tlsPrivateKeyFile,omitempty"`
+	// ServerTLSBootstrap requests the server's certificate through the
+	// certificates API (signer kubernetes.io/kubelet-serving, as the
+	// kubelet's serverTLSBootstrap does) instead of generating a
+	// self-signed one; it is kept under <rootDir>/pki and renewed at 80% of
+	// its lifetime. Someone (an administrator or an approver) must approve the
+	// CSR. Excludes tlsCertFile.
+	ServerTLSBootstrap bool `json:"serverTLSBootstrap,omitempty"`
 	// Authentication of requests to the kubelet API server.
 	Authentication ServerAuthentication `json:"authentication,omitempty"`
 
@@ -355,6 +363,9 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
 		errs = append(errs, field.Required(field.NewPath("tlsPrivateKeyFile"), "tlsCertFile and tlsPrivateKeyFile are set together"))
+	}
+	if c.ServerTLSBootstrap && c.TLSCertFile != "" {
+		errs = append(errs, field.Invalid(field.NewPath("serverTLSBootstrap"), c.ServerTLSBootstrap, "cannot be combined with tlsCertFile: the serving certificate is either requested or given"))
 	}
 	for name, list := range map[string]corev1.ResourceList{"systemReserved": c.SystemReserved, "kubeReserved": c.KubeReserved} {
 		for r, q := range list {

@@ -213,3 +213,25 @@ sim:
 		t.Errorf("node conditions\n got %+v\nwant %+v", s.NodeConditions, want)
 	}
 }
+
+func TestServerTLSBootstrap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\nnodeName: a\nserverTLSBootstrap: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SetDefaults(c)
+	if !c.ServerTLSBootstrap {
+		t.Fatal("serverTLSBootstrap: true not loaded")
+	}
+	if errs := c.Validate(); len(errs) != 0 {
+		t.Errorf("serverTLSBootstrap alone: %v", errs)
+	}
+	c.TLSCertFile, c.TLSPrivateKeyFile = "/etc/nodelet/tls.crt", "/etc/nodelet/tls.key"
+	if msg := c.Validate().ToAggregate(); msg == nil || !strings.Contains(msg.Error(), "serverTLSBootstrap") {
+		t.Errorf("serverTLSBootstrap with tlsCertFile: %v, want an error naming serverTLSBootstrap", msg)
+	}
+}

@@ -20,9 +20,11 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
-// Names of the self-signed serving certificate and key under CertDir.
+// Names of the self-signed serving certificate and key under CertDir (a
+// requested one is kept in csrFileName).
 const (
 	certFileName = "nodelet.crt"
 	keyFileName  = "nodelet.key"
@@ -32,36 +34,44 @@ const (
 const selfSignedValidity = 365 * 24 * time.Hour
 
 // tlsConfig returns the serving TLS configuration: the configured
-// certificate, or a self-signed one for Hosts. HTTP/2 is not offered: the
-// streaming endpoints upgrade HTTP/1.1 connections.
-func (s *Server) tlsConfig(ctx context.Context) (*tls.Config, error) {
+// certificate, one requested through the certificates API, or a self-signed
+// one for Hosts. With a requested certificate it also returns the loop that
+// keeps it current, which must run while the server serves. HTTP/2 is not
+// offered: the streaming endpoints upgrade HTTP/1.1 connections.
+func (s *Server) tlsConfig(ctx context.Context) (*tls.Config, func(context.Context) error, error) {
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+	}
 	var cert tls.Certificate
 	var err error
 	switch {
+	case s.opts.TLSBootstrap:
+		certs := newCSRCertificates(s.client, s.opts.NodeName, s.opts.Hosts, s.opts.CertDir, clock.RealClock{})
+		certs.loadStored(ctx)
+		cfg.GetCertificate = certs.getCertificate
+		return cfg, certs.Run, nil
 	case s.opts.TLSCertFile != "":
 		cert, err = tls.LoadX509KeyPair(s.opts.TLSCertFile, s.opts.TLSPrivateKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("serving certificate: %w", err)
+			return nil, nil, fmt.Errorf("serving certificate: %w", err)
 		}
 	case s.opts.CertDir != "":
 		cert, err = selfSignedInDir(ctx, s.opts.CertDir, s.opts.Hosts, time.Now())
 		if err != nil {
-			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+			return nil, nil, fmt.Errorf("self-signed serving certificate: %w", err)
 		}
 	default:
 		certPEM, keyPEM, err := selfSigned(s.opts.Hosts, time.Now())
 		if err != nil {
-			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+			return nil, nil, fmt.Errorf("self-signed serving certificate: %w", err)
 		}
 		if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
-			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+			return nil, nil, fmt.Errorf("self-signed serving certificate: %w", err)
 		}
 	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"http/1.1"},
-	}, nil
+	cfg.Certificates = []tls.Certificate{cert}
+	return cfg, nil, nil
 }
 
 // selfSignedInDir reuses the certificate kept in dir while it is valid for
@@ -105,7 +115,15 @@ func unusable(cert *x509.Certificate, hosts []string, now time.Time) string {
 	if now.Add(24 * time.Hour).After(cert.NotAfter) {
 		return "expires within a day"
 	}
+	return uncovered(cert, hosts)
+}
+
+// uncovered names a host that cert is not valid for, or is "".
+func uncovered(cert *x509.Certificate, hosts []string) string {
 	for _, h := range hosts {
+		if h == "" {
+			continue
+		}
 		if ip := net.ParseIP(h); ip != nil {
 			if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
 				return "does not cover " + h
@@ -115,6 +133,24 @@ func unusable(cert *x509.Certificate, hosts []string, now time.Time) string {
 		}
 	}
 	return ""
+}
+
+// splitHosts sorts hosts into DNS names and IP addresses, skipping empty
+// and repeated ones.
+func splitHosts(hosts []string) (dnsNames []string, ips []net.IP) {
+	for _, h := range hosts {
+		if h == "" {
+			continue
+		}
+		if ip := net.ParseIP(h); ip != nil {
+			if !slices.ContainsFunc(ips, ip.Equal) {
+				ips = append(ips, ip)
+			}
+		} else if !slices.Contains(dnsNames, h) {
+			dnsNames = append(dnsNames, h)
+		}
+	}
+	return dnsNames, ips
 }
 
 // selfSigned makes a self-signed serving certificate for hosts (DNS names
@@ -142,16 +178,7 @@ func selfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, err erro
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	for _, h := range hosts {
-		if h == "" {
-			continue
-		}
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
+	tmpl.DNSNames, tmpl.IPAddresses = splitHosts(hosts)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create certificate: %w", err)

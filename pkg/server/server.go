@@ -8,8 +8,9 @@
 // an ExitCode() int method (as *os/exec.ExitError has); clients then see
 // "command terminated with exit code N".
 //
-// It only reads from the API server (token and access reviews); it never
-// writes pods or nodes, and never starts or stops workloads itself.
+// It asks the API server only for token and access reviews and, with
+// TLSBootstrap, for its own serving certificate (a CertificateSigningRequest);
+// it never writes pods or nodes, and never starts or stops workloads itself.
 package server
 
 import (
@@ -67,8 +68,16 @@ type Options struct {
 	// under CertDir when it is set (and reused while valid) or in memory.
 	TLSCertFile, TLSPrivateKeyFile string
 	CertDir                        string
-	// Hosts are the DNS names and IP addresses of the self-signed
-	// certificate (default NodeName and Address).
+	// TLSBootstrap (the kubelet's serverTLSBootstrap) requests the serving
+	// certificate through the certificates API instead: a CSR for signer
+	// kubernetes.io/kubelet-serving, subject system:node:<NodeName> in
+	// system:nodes, for Hosts. Until it is approved and issued, TLS
+	// handshakes fail. The certificate is kept under CertDir (and reused
+	// while valid) and renewed at 80% of its lifetime without a restart.
+	// Excludes TLSCertFile.
+	TLSBootstrap bool
+	// Hosts are the DNS names and IP addresses of the self-signed or
+	// requested certificate (default NodeName and Address).
 	Hosts []string
 
 	// ClientCAFile is the CA bundle client certificates are verified
@@ -145,6 +154,12 @@ func (o *Options) validate(client kubernetes.Interface) error {
 	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
 		errs = append(errs, errors.New("tlsCertFile and tlsPrivateKeyFile: set both or neither"))
 	}
+	if o.TLSBootstrap && o.TLSCertFile != "" {
+		errs = append(errs, errors.New("tlsBootstrap: the certificate is either requested or given by tlsCertFile, not both"))
+	}
+	if o.TLSBootstrap && client == nil {
+		errs = append(errs, errors.New("tlsBootstrap: needs an API client"))
+	}
 	if o.Address != "" && net.ParseIP(o.Address) == nil {
 		errs = append(errs, fmt.Errorf("address %q: not an IP address", o.Address))
 	}
@@ -211,7 +226,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	logger := klog.FromContext(ctx).WithName("kubelet-api")
 	ctx = klog.NewContext(ctx, logger)
 
-	tlsConfig, err := s.tlsConfig(ctx)
+	tlsConfig, rotate, err := s.tlsConfig(ctx)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("kubelet API server: %w", err)
@@ -220,6 +235,15 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("kubelet API server: %w", err)
+	}
+	if rotate != nil {
+		rotateCtx, stopRotation := context.WithCancel(ctx)
+		rotated := make(chan struct{})
+		go func() {
+			defer close(rotated)
+			_ = rotate(rotateCtx) // it retries until stopped
+		}()
+		defer func() { stopRotation(); <-rotated }()
 	}
 
 	s.loop = newLoopback(ctx, s.routes())
