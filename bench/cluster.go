@@ -27,9 +27,10 @@ import (
 type controlPlane struct {
 	dir, kubeconfig string
 	cmd             *exec.Cmd
+	keep            bool
 }
 
-func startControlPlane(ctx context.Context, bin string) (*controlPlane, error) {
+func startControlPlane(ctx context.Context, bin string, keep bool) (*controlPlane, error) {
 	dir, err := os.MkdirTemp("", "nodelet-bench-")
 	if err != nil {
 		return nil, err
@@ -43,7 +44,7 @@ func startControlPlane(ctx context.Context, bin string) (*controlPlane, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	cp := &controlPlane{dir: dir, kubeconfig: filepath.Join(dir, "admin.kubeconfig"), cmd: cmd}
+	cp := &controlPlane{dir: dir, kubeconfig: filepath.Join(dir, "admin.kubeconfig"), cmd: cmd, keep: keep}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
@@ -60,6 +61,10 @@ func startControlPlane(ctx context.Context, bin string) (*controlPlane, error) {
 func (cp *controlPlane) stop() {
 	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
 	_ = cp.cmd.Wait()
+	if cp.keep {
+		logf("kept %s", cp.dir)
+		return
+	}
 	os.RemoveAll(cp.dir)
 }
 
@@ -91,6 +96,7 @@ type cluster struct {
 
 	mu       sync.Mutex
 	created  map[string]time.Time // pod name → create accepted
+	bound    map[string]time.Time // pod name → first seen with a node
 	running  map[string]time.Time // pod name → first seen Running and Ready
 	podCount atomic.Int64
 	pods     cache.SharedIndexInformer
@@ -109,7 +115,7 @@ func newCluster(kubeconfig string) (*cluster, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cluster{client: client, cancel: cancel, created: map[string]time.Time{}, running: map[string]time.Time{}}
+	c := &cluster{client: client, cancel: cancel, created: map[string]time.Time{}, bound: map[string]time.Time{}, running: map[string]time.Time{}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
@@ -146,6 +152,13 @@ func (c *cluster) onNode(obj any) {
 
 func (c *cluster) onPod(obj any) {
 	p := obj.(*corev1.Pod)
+	if p.Spec.NodeName != "" {
+		c.mu.Lock()
+		if _, ok := c.bound[p.Name]; !ok {
+			c.bound[p.Name] = time.Now()
+		}
+		c.mu.Unlock()
+	}
 	if p.Status.Phase != corev1.PodRunning {
 		return
 	}

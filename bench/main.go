@@ -28,6 +28,8 @@ type options struct {
 	out         string
 	bin         string
 	kwokStages  string
+	keep        bool // keep the control plane's directory and the agents' logs
+	agentV      int  // the agents' log verbosity
 }
 
 // result is what one agent scored.
@@ -67,6 +69,8 @@ func main() {
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
 	flag.StringVar(&o.kwokStages, "kwok-stages", "", "kwok's kustomize/stage directory (from its module), for its default fast stages")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the control plane's and agents' logs")
+	flag.IntVar(&o.agentV, "agent-v", 0, "the nodelet agents' log verbosity (-v)")
 	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
 	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
 	flag.Parse()
@@ -114,7 +118,7 @@ func logf(format string, args ...any) {
 // measure runs one agent on a fresh control plane.
 func measure(ctx context.Context, o options, agent string) (result, error) {
 	r := result{Agent: agent, Nodes: o.nodes, Pods: o.pods}
-	cp, err := startControlPlane(ctx, o.bin)
+	cp, err := startControlPlane(ctx, o.bin, o.keep)
 	if err != nil {
 		return r, err
 	}
@@ -129,7 +133,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	var nodeNames []string
 	switch agent {
 	case "nodelet":
-		args = []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench", "--nodes", fmt.Sprint(o.nodes)}
+		args = []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench", "--nodes", fmt.Sprint(o.nodes), fmt.Sprintf("-v=%d", o.agentV)}
 		for i := range o.nodes {
 			nodeNames = append(nodeNames, fmt.Sprintf("bench-%d", i))
 		}

@@ -19,10 +19,15 @@ import (
 // placed by the real scheduler, from creation to Running and Ready, and the
 // agent's cost while they run idle.
 type processResult struct {
-	Agent             string  `json:"agent"`
-	Pods              int     `json:"pods"`
-	PodRunningP50     float64 `json:"podCreateToRunningP50Seconds"`
-	PodRunningP99     float64 `json:"podCreateToRunningP99Seconds"`
+	Agent         string  `json:"agent"`
+	Pods          int     `json:"pods"`
+	PodRunningP50 float64 `json:"podCreateToRunningP50Seconds"`
+	PodRunningP99 float64 `json:"podCreateToRunningP99Seconds"`
+	// The two parts of that: the scheduler's, and the agent's.
+	PodBoundP50       float64 `json:"podCreateToBoundP50Seconds"`
+	PodBoundP99       float64 `json:"podCreateToBoundP99Seconds"`
+	BoundToRunningP50 float64 `json:"podBoundToRunningP50Seconds"`
+	BoundToRunningP99 float64 `json:"podBoundToRunningP99Seconds"`
 	IdleSeconds       float64 `json:"idleSeconds"`
 	IdleAgentCores    float64 `json:"idleAgentCores"`
 	IdleAgentRSSMiB   float64 `json:"idleAgentRSSMiB"`
@@ -35,7 +40,7 @@ type processResult struct {
 // replicas on it.
 func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (processResult, error) {
 	r := processResult{Agent: "nodelet-process", Pods: m}
-	cp, err := startControlPlane(ctx, o.bin)
+	cp, err := startControlPlane(ctx, o.bin, o.keep)
 	if err != nil {
 		return r, err
 	}
@@ -61,7 +66,7 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 	rootDir := filepath.Join(cp.dir, "nodelet")
 	args := []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench-process",
 		"--provider", "process", "--root-dir", rootDir, "--port", "10251",
-		"--client-ca-file", filepath.Join(cp.dir, "pki", "ca.crt")}
+		"--client-ca-file", filepath.Join(cp.dir, "pki", "ca.crt"), fmt.Sprintf("-v=%d", o.agentV)}
 	proc, err := startAgent(cp.dir, "nodelet-process", args)
 	if err != nil {
 		return r, err
@@ -105,14 +110,21 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 		time.Sleep(10 * time.Millisecond)
 	}
 	cl.mu.Lock()
-	var lat []time.Duration
+	var lat, toBound, boundToRunning []time.Duration
 	for name, t := range cl.running {
 		lat = append(lat, max(t.Sub(seen[name]), 0))
+		toBound = append(toBound, max(cl.bound[name].Sub(seen[name]), 0))
+		boundToRunning = append(boundToRunning, max(t.Sub(cl.bound[name]), 0))
 	}
 	cl.mu.Unlock()
 	s := sortedSeconds(lat)
 	r.PodRunningP50, r.PodRunningP99 = percentile(s, 0.5), percentile(s, 0.99)
-	logf("process: %d pods Running: p50 %.3fs p99 %.3fs", m, r.PodRunningP50, r.PodRunningP99)
+	s = sortedSeconds(toBound)
+	r.PodBoundP50, r.PodBoundP99 = percentile(s, 0.5), percentile(s, 0.99)
+	s = sortedSeconds(boundToRunning)
+	r.BoundToRunningP50, r.BoundToRunningP99 = percentile(s, 0.5), percentile(s, 0.99)
+	logf("process: %d pods Running: p50 %.3fs p99 %.3fs (created→bound p50 %.3fs p99 %.3fs; bound→Running p50 %.3fs p99 %.3fs)",
+		m, r.PodRunningP50, r.PodRunningP99, r.PodBoundP50, r.PodBoundP99, r.BoundToRunningP50, r.BoundToRunningP99)
 
 	cpu0 := procCPU(proc.cmd.Process.Pid)
 	time.Sleep(idle)

@@ -75,7 +75,11 @@ func sendMsg(c *net.UnixConn, m message, files ...*os.File) error {
 // recvMsg reads one message and the descriptors passed with it (close on
 // exec). It returns io.EOF when the peer closed the connection.
 func recvMsg(c *net.UnixConn) (message, []int, error) {
-	buf := make([]byte, maxMessage)
+	size, err := nextPacketSize(c)
+	if err != nil {
+		return message{}, nil, err
+	}
+	buf := make([]byte, min(max(size, 1), maxMessage))
 	oob := make([]byte, unix.CmsgSpace(4*8))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -108,6 +112,26 @@ func recvMsg(c *net.UnixConn) (message, []int, error) {
 		return message{}, nil, fmt.Errorf("decode message: %w", err)
 	}
 	return m, files, nil
+}
+
+// nextPacketSize waits for the next packet and returns its length without
+// reading it, so that a reader holds no more memory than the message needs
+// (an idle connection holds none).
+func nextPacketSize(c *net.UnixConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var perr error
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, perr = unix.Recvfrom(int(fd), nil, unix.MSG_PEEK|unix.MSG_TRUNC)
+		return perr != unix.EAGAIN
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, perr
 }
 
 func closeFDs(fds []int) {

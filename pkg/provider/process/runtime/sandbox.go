@@ -357,39 +357,54 @@ func (s *Sandbox) hostPID(key attemptKey, podPID int) int {
 }
 
 // findHostPID finds the host PID of the process that is podPID in the PID
-// namespace of the sandbox process sandboxPID.
+// namespace of the sandbox process sandboxPID, among the sandbox's
+// descendants.
 func findHostPID(sandboxPID, podPID int) int {
-	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", sandboxPID))
-	if err != nil {
-		return 0
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
 	want := strconv.Itoa(podPID)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	queue := []int{sandboxPID}
+	for visited := 0; len(queue) > 0 && visited < 1<<16; visited++ {
+		pid := queue[0]
+		queue = queue[1:]
+		if pid != sandboxPID && innermostPID(pid) == want {
+			return pid
 		}
-		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || l != ns {
-			continue
-		}
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(status), "\n") {
-			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				f := strings.Fields(rest)
-				if len(f) > 0 && f[len(f)-1] == want {
-					return pid
-				}
+		queue = append(queue, children(pid)...)
+	}
+	return 0
+}
+
+// innermostPID is a process's PID in the innermost PID namespace it is in.
+func innermostPID(pid int) string {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				return f[len(f)-1]
 			}
 		}
 	}
-	return 0
+	return ""
+}
+
+// children lists the children of every thread of a process.
+func children(pid int) []int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var out []int
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // shimFor returns the socket of the running latest attempt of a container.

@@ -2,10 +2,8 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,8 +19,9 @@ import (
 const sandboxReadyFD = 3
 
 // runSandbox is the pod sandbox: PID 1 of the pod's namespaces. It names
-// the pod's host, keeps its mounts private, reaps orphans and starts a shim
-// per container attempt when the agent asks on its socket.
+// the pod's host, keeps its mounts private, reaps orphans and, when the
+// agent asks on its socket, starts container attempts and supervises them:
+// it is the pod's one supervising process.
 func runSandbox(podDir string) error {
 	syscall.CloseOnExec(sandboxReadyFD)
 	ready := os.NewFile(sandboxReadyFD, "ready")
@@ -61,10 +60,6 @@ func runSandbox(podDir string) error {
 		_, _ = ready.Write([]byte{1})
 		ready.Close()
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own executable: %w", err)
-	}
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
@@ -74,11 +69,11 @@ func runSandbox(podDir string) error {
 			logger.Error(err, "Accept failed")
 			continue
 		}
-		go serveSandboxConn(ctx, r, exe, podDir, c)
+		go serveSandboxConn(ctx, r, podDir, c)
 	}
 }
 
-func serveSandboxConn(ctx context.Context, r *reaper, exe, podDir string, c *net.UnixConn) {
+func serveSandboxConn(ctx context.Context, r *reaper, podDir string, c *net.UnixConn) {
 	defer c.Close()
 	m, files, err := recvMsg(c)
 	closeFDs(files)
@@ -88,7 +83,7 @@ func serveSandboxConn(ctx context.Context, r *reaper, exe, podDir string, c *net
 	var reply message
 	switch m.Op {
 	case opStart:
-		pid, err := startShim(r, exe, filepath.Join(podDir, containersDir, m.Name, strconv.Itoa(m.Attempt)))
+		pid, _, err := startAttempt(filepath.Join(podDir, containersDir, m.Name, strconv.Itoa(m.Attempt)), r, true)
 		if err != nil {
 			reply.Error = err.Error()
 		}
@@ -100,50 +95,9 @@ func serveSandboxConn(ctx context.Context, r *reaper, exe, podDir string, c *net
 	_ = sendMsg(c, reply)
 }
 
-// shimReport is what a shim writes on its status pipe once the container's
-// main process runs, or could not start.
+// shimReport is what a shim process writes on its status pipe once the
+// container's main process runs, or could not start.
 type shimReport struct {
 	PID   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`
-}
-
-// startShim starts the shim of one attempt in a mount namespace of its own
-// and waits until it reports the container's main process running.
-func startShim(r *reaper, exe, attemptDir string) (int, error) {
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	defer pr.Close()
-	out, err := os.OpenFile(filepath.Join(attemptDir, "shim.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		pw.Close()
-		return 0, fmt.Errorf("open shim log: %w", err)
-	}
-	defer out.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		pw.Close()
-		return 0, err
-	}
-	defer devnull.Close()
-	_, _, err = r.start(exe, []string{exe, cmdShim, attemptDir}, &syscall.ProcAttr{
-		Dir:   "/",
-		Env:   []string{"PATH=" + defaultPath},
-		Files: []uintptr{devnull.Fd(), out.Fd(), out.Fd(), pw.Fd()},
-		Sys:   &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true},
-	})
-	pw.Close()
-	if err != nil {
-		return 0, fmt.Errorf("start shim: %w", err)
-	}
-	data, _ := io.ReadAll(pr)
-	var rep shimReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		return 0, fmt.Errorf("container supervisor failed before reporting (see %s)", filepath.Join(attemptDir, "shim.log"))
-	}
-	if rep.Error != "" {
-		return 0, errors.New(rep.Error)
-	}
-	return rep.PID, nil
 }

@@ -26,6 +26,7 @@ type shim struct {
 	cfg    shimConfig
 	r      *reaper
 	logger klog.Logger
+	ownNS  bool // make the container's mount namespace (see startAttempt)
 
 	oomBase   uint64
 	startedAt time.Time
@@ -35,6 +36,7 @@ type shim struct {
 	master    *os.File // pty master when TTY
 
 	mu        sync.Mutex
+	mntNS     int           // the container's mount namespace, -1 when not open
 	exited    chan struct{} // closed once exit.json is written
 	done      bool
 	termSent  bool
@@ -45,52 +47,69 @@ type shim struct {
 	pumps     sync.WaitGroup
 }
 
-// runShim runs one container attempt to its end. It reports on descriptor
-// 3 (to the sandbox) once the main process runs or failed to start.
-func runShim(dir string) error {
-	syscall.CloseOnExec(3)
-	report := os.NewFile(3, "report")
-	s := &shim{dir: dir, exited: make(chan struct{}), attaches: map[*attachClient]struct{}{}}
+// startAttempt starts one container attempt, supervised by goroutines of
+// this process, and returns once its main process runs or could not start;
+// an attempt that could not start is recorded as such. ended is closed once
+// the attempt's exit is recorded and its socket is gone. With ownNS the
+// container gets a mount namespace of its own; without, it shares the
+// process's (a shim process made one for it).
+func startAttempt(dir string, r *reaper, ownNS bool) (pid int, ended <-chan struct{}, err error) {
+	s := &shim{dir: dir, r: r, ownNS: ownNS, mntNS: -1, exited: make(chan struct{}), attaches: map[*attachClient]struct{}{}}
 	s.logger = klog.Background().WithValues("attempt", dir)
-	if err := readJSON(filepath.Join(dir, configFile), &s.cfg); err != nil {
-		return s.startFailed(report, fmt.Errorf("read container config: %w", err))
-	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return s.startFailed(report, fmt.Errorf("become subreaper: %w", err))
-	}
-	s.r = newReaper()
-	l, err := listenPacket(filepath.Join(dir, shimSock))
+	var l *net.UnixListener
+	var waitCh <-chan syscall.WaitStatus
+	err = readJSON(filepath.Join(dir, configFile), &s.cfg)
 	if err != nil {
-		return s.startFailed(report, err)
+		err = fmt.Errorf("read container config: %w", err)
+	} else if l, err = listenPacket(filepath.Join(dir, shimSock)); err == nil {
+		if waitCh, err = s.start(); err != nil {
+			l.Close()
+		}
 	}
-	defer l.Close()
-	waitCh, err := s.start()
 	if err != nil {
-		return s.startFailed(report, err)
+		rec := exitRecord{ExitCode: startErrorCode, Reason: ReasonStartError, Message: err.Error(), FinishedAt: time.Now()}
+		if werr := writeJSONAtomic(filepath.Join(dir, exitFile), rec); werr != nil {
+			s.logger.Error(werr, "Recording the start error failed")
+		}
+		os.Remove(filepath.Join(dir, shimSock))
+		return 0, nil, err
 	}
 	if err := writeJSONAtomic(filepath.Join(dir, stateFile), startRecord{PID: s.mainPID, StartedAt: s.startedAt}); err != nil {
 		s.logger.Error(err, "Recording the start failed")
 	}
-	data, _ := json.Marshal(shimReport{PID: s.mainPID})
-	report.Write(data)
-	report.Close()
-
+	done := make(chan struct{})
 	go s.serve(l)
-	s.finish(<-waitCh)
-	os.Remove(filepath.Join(dir, shimSock))
-	return nil
+	go func() {
+		s.finish(<-waitCh)
+		l.Close()
+		os.Remove(filepath.Join(dir, shimSock))
+		close(done)
+	}()
+	return s.mainPID, done, nil
 }
 
-// startFailed records an attempt that never ran and tells the sandbox why.
-func (s *shim) startFailed(report *os.File, err error) error {
-	rec := exitRecord{ExitCode: startErrorCode, Reason: "StartError", Message: err.Error(), FinishedAt: time.Now()}
-	if werr := writeJSONAtomic(filepath.Join(s.dir, exitFile), rec); werr != nil {
-		s.logger.Error(werr, "Recording the start error failed")
+// runShim runs one container attempt to its end in a process of its own
+// (started with a mount namespace of its own). Sandboxes of earlier nodelet
+// versions start one per attempt; it reports on descriptor 3 once the main
+// process runs or could not start.
+func runShim(dir string) error {
+	syscall.CloseOnExec(3)
+	report := os.NewFile(3, "report")
+	var rep shimReport
+	var ended <-chan struct{}
+	err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	if err == nil {
+		rep.PID, ended, err = startAttempt(dir, newReaper(), false)
 	}
-	data, _ := json.Marshal(shimReport{Error: err.Error()})
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	data, _ := json.Marshal(rep)
 	report.Write(data)
 	report.Close()
-	os.Remove(filepath.Join(s.dir, shimSock))
+	if ended != nil {
+		<-ended
+	}
 	return nil
 }
 
@@ -98,14 +117,6 @@ func (s *shim) startFailed(report *os.File, err error) error {
 // its main process.
 func (s *shim) start() (<-chan syscall.WaitStatus, error) {
 	spec := s.cfg.Spec
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("make mounts private: %w", err)
-	}
-	for _, m := range spec.Mounts {
-		if err := bindMount(m); err != nil {
-			return nil, err
-		}
-	}
 	if err := makeCgroups(s.cfg.Cgroups, s.cfg.CgroupV2); err != nil {
 		return nil, err
 	}
@@ -173,7 +184,7 @@ func (s *shim) start() (<-chan syscall.WaitStatus, error) {
 			}{r, stream})
 		}
 	}
-	pid, waitCh, err := s.spawn(spec.Args, [3]uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}, sys)
+	pid, waitCh, err := s.spawn(spec.Args, [3]uintptr{stdio[0].Fd(), stdio[1].Fd(), stdio[2].Fd()}, sys, s.makeMountNamespace)
 	closeAll(childFiles)
 	if err != nil {
 		return nil, err
@@ -190,9 +201,11 @@ func (s *shim) start() (<-chan syscall.WaitStatus, error) {
 	return waitCh, nil
 }
 
-// spawn starts argv in the container's cgroups and working directory with
-// the container's environment, and returns once it exec'd or failed to.
-func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) (int, <-chan syscall.WaitStatus, error) {
+// spawn starts argv in the container's mount namespace, cgroups and
+// working directory with the container's environment, and returns once it
+// exec'd or failed to. enterNS puts the calling thread in the mount
+// namespace the child is to have.
+func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr, enterNS func() error) (int, <-chan syscall.WaitStatus, error) {
 	spec := s.cfg.Spec
 	env := spec.Env
 	hasPath := false
@@ -211,10 +224,6 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) 
 	if dir == "" {
 		dir = "/"
 	}
-	path, err := lookPath(argv[0], dir, env)
-	if err != nil {
-		return 0, nil, err
-	}
 	attr := &syscall.ProcAttr{Dir: dir, Env: env, Files: stdio[:], Sys: sys}
 	type result struct {
 		pid    int
@@ -223,11 +232,22 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) 
 	}
 	done := make(chan result, 1)
 	go func() {
-		// The child is forked from this thread, in this thread's cgroups,
-		// so that it is confined before any of its code runs. The thread
-		// is never unlocked: it ends with the goroutine rather than carry
-		// the container's cgroups back into the shim.
+		// The child is forked from this thread and inherits its mount
+		// namespace and cgroups, so it is confined before any of its code
+		// runs. The thread is never unlocked: it ends with the goroutine
+		// rather than carry the container's namespace or cgroups back into
+		// the supervisor.
 		goruntime.LockOSThread()
+		if err := enterNS(); err != nil {
+			done <- result{err: err}
+			return
+		}
+		// The command is looked up in the container's mount namespace.
+		path, err := lookPath(argv[0], dir, env)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
 		if err := joinCgroupsForFork(s.cfg.Cgroups, s.cfg.CgroupV2, attr); err != nil {
 			done <- result{err: err}
 			return
@@ -236,13 +256,60 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr) 
 		if attr.Sys.UseCgroupFD {
 			syscall.Close(attr.Sys.CgroupFD)
 		}
+		if err != nil {
+			err = fmt.Errorf("start %s: %w", argv[0], err)
+		}
 		done <- result{pid, waitCh, err}
 	}()
 	r := <-done
-	if r.err != nil {
-		return 0, nil, fmt.Errorf("start %s: %w", argv[0], r.err)
+	return r.pid, r.waitCh, r.err
+}
+
+// makeMountNamespace gives the calling thread the container's mount
+// namespace: a copy of the pod's (unless the process has one for the
+// container already) with the container's volumes bound in. The namespace
+// is kept open for exec sessions until the attempt ends.
+func (s *shim) makeMountNamespace() error {
+	if s.ownNS {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("new mount namespace: %w", err)
+		}
 	}
-	return r.pid, r.waitCh, nil
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	for _, m := range s.cfg.Spec.Mounts {
+		if err := bindMount(m); err != nil {
+			return err
+		}
+	}
+	fd, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the container's mount namespace: %w", err)
+	}
+	s.mu.Lock()
+	s.mntNS = fd
+	s.mu.Unlock()
+	return nil
+}
+
+// enterMountNamespace moves the calling thread into the container's mount
+// namespace.
+func (s *shim) enterMountNamespace() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mntNS < 0 || s.done {
+		return errors.New("container is not running")
+	}
+	// A thread shares its root and working directory with the others
+	// until it unshares them, and setns refuses to move such a thread.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("enter the container's mount namespace: %w", err)
+	}
+	if err := unix.Setns(s.mntNS, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter the container's mount namespace: %w", err)
+	}
+	return nil
 }
 
 // bindMount binds a host file or directory at its destination, creating
@@ -320,6 +387,10 @@ func (s *shim) finish(ws syscall.WaitStatus) {
 	s.done = true
 	clients := s.attaches
 	s.attaches = nil
+	if s.mntNS >= 0 {
+		unix.Close(s.mntNS)
+		s.mntNS = -1
+	}
 	s.mu.Unlock()
 	close(s.exited)
 	var wg sync.WaitGroup
@@ -443,7 +514,7 @@ func (s *shim) exec(c *net.UnixConn, m message, fds []int) {
 		_ = sendMsg(c, message{Error: "container is not running"})
 		return
 	}
-	pid, waitCh, err := s.spawn(m.Argv, stdio, sys)
+	pid, waitCh, err := s.spawn(m.Argv, stdio, sys, s.enterMountNamespace)
 	if err != nil {
 		_ = sendMsg(c, message{Error: err.Error()})
 		return
