@@ -191,6 +191,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, p := range c.providers {
 		if n, ok := p.(provider.PodNotifier); ok {
 			n.NotifyPods(ctx, func(pod *corev1.Pod) {
+				logger.V(4).Info("Provider reported a status", "pod", klog.KObj(pod), "phase", pod.Status.Phase)
 				c.queue.Add(pod.Namespace + "/" + pod.Name)
 			})
 		}

@@ -205,6 +205,7 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 		return nil, err
 	}
 	defer ready.Close()
+	m.joinSupervisorsCgroup(logger, pid)
 	rec.PID = pid
 	rec.StartTime, _, _ = procStat(pid)
 	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), rec); err != nil {
@@ -235,7 +236,7 @@ func (m *Manager) startSandbox(dir string) (int, *os.File, error) {
 	defer w.Close()
 	cmd := exec.Command(m.opts.Exe, cmdSandbox, dir)
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=" + defaultPath}
+	cmd.Env = []string{"PATH=" + defaultPath, "GOMAXPROCS=1"}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.ExtraFiles = []*os.File{w} // descriptor 3: sandboxReadyFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -249,6 +250,36 @@ func (m *Manager) startSandbox(dir string) (int, *os.File, error) {
 	// Reap it if it ends while we run; an agent that dies leaves it running.
 	go func() { _ = cmd.Wait() }()
 	return cmd.Process.Pid, ready, nil
+}
+
+// supervisorsCgroup is the CPU cgroup, under the pods' parent, that the
+// sandboxes run in.
+const supervisorsCgroup = "supervisors"
+
+// joinSupervisorsCgroup moves a sandbox into the supervisors' CPU cgroup:
+// together, the pods' supervisors weigh on the CPU as much as one busy
+// process, so that a hundred starting at once cannot starve the agent and
+// the API server they report to. (Memory stays with the agent's cgroup:
+// a pod's memory limit must never kill its supervisor.) Failing to is
+// logged, not fatal.
+func (m *Manager) joinSupervisorsCgroup(logger klog.Logger, pid int) {
+	parents, v2, err := m.cgroups()
+	if err != nil {
+		return
+	}
+	for _, p := range parents {
+		if !v2 && !exists(filepath.Join(p, "cpu.shares")) {
+			continue
+		}
+		dir := filepath.Join(p, supervisorsCgroup)
+		err := os.Mkdir(dir, 0o755)
+		if err == nil || os.IsExist(err) {
+			err = os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
+		if err != nil {
+			logger.Error(err, "Moving the sandbox to the supervisors' cgroup failed", "cgroup", dir)
+		}
+	}
 }
 
 // waitReady waits until the sandbox says, on ready, that it serves its
