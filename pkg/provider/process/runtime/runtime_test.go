@@ -162,6 +162,11 @@ func TestContainerLifecycle(t *testing.T) {
 			t.Errorf("container cgroup line %q does not end in %q", line, want)
 		}
 	}
+	// The sandbox runs in the supervisors' CPU cgroup.
+	sbcg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s.rec.PID))
+	if !bytes.Contains(sbcg, []byte("/"+supervisorsCgroup+"\n")) {
+		t.Errorf("sandbox cgroups %q: not in the supervisors' cgroup", sbcg)
+	}
 	if self, _ := os.ReadFile("/proc/self/cgroup"); bytes.Contains(self, []byte("/pod"+string(s.Spec().UID))) {
 		t.Errorf("the test process joined the pod's cgroup: %s", self)
 	}
