@@ -3,9 +3,11 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -571,5 +573,52 @@ func TestLookPath(t *testing.T) {
 		if got, err := lookPath(name, dir, nil); err == nil {
 			t.Errorf("lookPath(%q) = %q, want an error", name, got)
 		}
+	}
+}
+
+// Sandboxes of earlier versions start a shim process per attempt with the
+// runtime-shim subcommand; the binary keeps serving them.
+func TestShimProcess(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	attempt := filepath.Join(dir, "attempt")
+	if err := os.MkdirAll(attempt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "logs", "0.log")
+	cfg := shimConfig{Spec: ContainerSpec{Name: "main", Args: []string{"sh", "-c", "echo hi from the shim"}}, LogPath: logPath, LogMaxSize: 1 << 20, LogMaxFiles: 2}
+	if err := writeJSONAtomic(filepath.Join(attempt, configFile), cfg); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	cmd := exec.Command(exe, cmdShim, attempt)
+	cmd.ExtraFiles = []*os.File{pw}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	data, _ := io.ReadAll(pr)
+	var rep shimReport
+	if err := json.Unmarshal(data, &rep); err != nil || rep.PID == 0 || rep.Error != "" {
+		t.Fatalf("report %q: %+v, %v", data, rep, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("shim: %v", err)
+	}
+	var exit exitRecord
+	if err := readJSON(filepath.Join(attempt, exitFile), &exit); err != nil || exit.ExitCode != 0 || exit.Reason != ReasonCompleted {
+		t.Errorf("exit record %+v, %v", exit, err)
+	}
+	if log, _ := os.ReadFile(logPath); !bytes.Contains(log, []byte("hi from the shim")) {
+		t.Errorf("log %q lacks the output", log)
 	}
 }
