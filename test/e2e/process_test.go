@@ -5,15 +5,25 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 )
 
 // The process provider end to end: real processes driven by plain kubectl
@@ -52,7 +62,8 @@ func startProcessNodelet(t *testing.T, node string, extra ...string) *processAge
 	}
 	rootDir := t.TempDir()
 	port := freePort(t)
-	t.Cleanup(func() { checkNoLeaks(t, rootDir) })
+	uids := recordPodUIDs(t, node)
+	t.Cleanup(func() { checkNoLeaks(t, rootDir, uids()) })
 	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca,
 		"--address", hostIP(t)}, extra...)
 	a := startNodelet(t, node, args...)
@@ -79,7 +90,8 @@ func hostIP(t *testing.T) string {
 
 // checkNoLeaks fails the test if a pod of the agent left a process, a mount
 // or a cgroup behind. It runs after the namespace and its pods are gone.
-func checkNoLeaks(t *testing.T, rootDir string) {
+// podUIDs are the pods the agent was given.
+func checkNoLeaks(t *testing.T, rootDir string, podUIDs []string) {
 	t.Helper()
 	if out, err := exec.Command("pgrep", "-f", rootDir).Output(); err == nil {
 		t.Errorf("processes of %s still running after the pods were deleted: %s", rootDir, strings.Fields(string(out)))
@@ -94,6 +106,140 @@ func checkNoLeaks(t *testing.T, rootDir string) {
 	entries, _ := os.ReadDir(filepath.Join(rootDir, "pods"))
 	for _, e := range entries {
 		t.Errorf("pod directory left behind: %s", filepath.Join(rootDir, "pods", e.Name()))
+	}
+	for _, dir := range leftoverCgroups(podUIDs) {
+		t.Errorf("cgroup left behind: %s", dir)
+	}
+	t.Logf("leak check of %s: the cgroups of %d pods looked for in %d hierarchies", rootDir, len(podUIDs), len(cgroupMounts()))
+}
+
+// recordPodUIDs records the UID of every pod bound to node from now until
+// the test ends, so that the leak check can look for their cgroups once the
+// pods are gone. The agents of all tests share one parent cgroup
+// ("nodelet" in each hierarchy), so a pod's cgroup is told by its UID.
+func recordPodUIDs(t *testing.T, node string) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	record := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			mu.Lock()
+			seen[string(pod.UID)] = true
+			mu.Unlock()
+		}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
+	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("pod informer for %s: %v not synced", node, typ)
+		}
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var uids []string
+		for uid := range seen {
+			uids = append(uids, uid)
+		}
+		return uids
+	}
+}
+
+// leftoverCgroups finds, in every mounted cgroup hierarchy (v1 controllers
+// and v2), the cgroup directories of the pods with the given UIDs: the
+// process runtime names them pod<uid>, whatever their parent.
+func leftoverCgroups(podUIDs []string) []string {
+	want := map[string]bool{}
+	for _, uid := range podUIDs {
+		want["pod"+uid] = true
+	}
+	var found []string
+	for _, mnt := range cgroupMounts() {
+		_ = filepath.WalkDir(mnt, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil // a cgroup of someone else went away while we looked
+			}
+			if d.IsDir() && want[d.Name()] {
+				found = append(found, path)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+	}
+	return found
+}
+
+// cgroupMounts are the mount points of the cgroup v1 and v2 hierarchies,
+// each once.
+func cgroupMounts() []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var mounts []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID parent major:minor root mountpoint options... - fstype source superoptions
+		fields := strings.Fields(line)
+		sep := slices.Index(fields, "-")
+		if sep < 5 || sep+1 >= len(fields) {
+			continue
+		}
+		if typ := fields[sep+1]; (typ == "cgroup" || typ == "cgroup2") && !seen[fields[4]] {
+			seen[fields[4]] = true
+			mounts = append(mounts, fields[4])
+		}
+	}
+	return mounts
+}
+
+// The leak check itself: a pod cgroup left in a hierarchy is found.
+func TestProcessLeakCheckFindsCgroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	mounts := cgroupMounts()
+	if len(mounts) == 0 {
+		t.Skip("no cgroup hierarchy mounted")
+	}
+	uid := "leakcheck-" + randSuffix()
+	var made []string
+	for _, mnt := range mounts {
+		parent := filepath.Join(mnt, "nodelet-e2e-"+randSuffix())
+		if err := os.Mkdir(parent, 0o755); err != nil {
+			continue // e.g. a v2 hierarchy that is read-only here
+		}
+		dir := filepath.Join(parent, "pod"+uid)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			_ = syscall.Rmdir(parent)
+			t.Fatal(err)
+		}
+		made = append(made, dir)
+		t.Cleanup(func() { _ = syscall.Rmdir(dir); _ = syscall.Rmdir(parent) })
+	}
+	if len(made) == 0 {
+		t.Skip("no writable cgroup hierarchy")
+	}
+	found := leftoverCgroups([]string{"other", uid})
+	slices.Sort(found)
+	slices.Sort(made)
+	if !slices.Equal(found, made) {
+		t.Errorf("leftoverCgroups = %v, want %v", found, made)
+	}
+	if found := leftoverCgroups([]string{"other"}); len(found) != 0 {
+		t.Errorf("leftoverCgroups of another pod = %v, want none", found)
 	}
 }
 

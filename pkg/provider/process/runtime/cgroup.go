@@ -13,7 +13,13 @@ import (
 	"time"
 )
 
-const cgroupRoot = "/sys/fs/cgroup"
+// cgroupRoot is where the cgroup hierarchies are mounted, and
+// procSelfCgroup where this process's own cgroups are listed. They are
+// variables only so that tests can point them at a fake cgroupfs.
+var (
+	cgroupRoot     = "/sys/fs/cgroup"
+	procSelfCgroup = "/proc/self/cgroup"
+)
 
 // v1Controllers are the cgroup v1 hierarchies a pod gets a cgroup in.
 var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids"}
@@ -59,7 +65,7 @@ func cgroupParents(name string) (dirs []string, v2 bool, err error) {
 // ownCgroup is this process's cgroup path in the v1 hierarchy of
 // controller, or in the v2 hierarchy when controller is empty.
 func ownCgroup(controller string) string {
-	data, err := os.ReadFile("/proc/self/cgroup")
+	data, err := os.ReadFile(procSelfCgroup)
 	if err != nil {
 		return "/"
 	}
@@ -89,13 +95,16 @@ func enableControllers(dir string) {
 }
 
 // makeCgroups creates the cgroup directories (a pod's or a container's).
+// On v2 it enables the controllers in each directory's parent, never in
+// the directory itself: a v2 cgroup that hands controllers to children
+// cannot hold processes, and a container's processes join its own cgroup.
 func makeCgroups(dirs []string, v2 bool) error {
 	for _, dir := range dirs {
+		if v2 {
+			enableControllers(filepath.Dir(dir))
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("create cgroup: %w", err)
-		}
-		if v2 {
-			enableControllers(dir)
 		}
 	}
 	return nil
@@ -103,6 +112,8 @@ func makeCgroups(dirs []string, v2 bool) error {
 
 // setResources writes the limits into every cgroup directory that has the
 // matching file, so it works whatever controllers are mounted together.
+// The CPU share is always written, as the kubelet does: a container without
+// a CPU request gets the least (2 shares, weight 1), not the default.
 func setResources(dirs []string, v2 bool, r Resources) error {
 	type setting struct{ file, value string }
 	var settings []setting
@@ -114,11 +125,9 @@ func setResources(dirs []string, v2 bool, r Resources) error {
 		if r.CPULimitMillis > 0 {
 			settings = append(settings, setting{"cpu.max", fmt.Sprintf("%d 100000", cpuQuota(r.CPULimitMillis))})
 		}
-		if r.CPURequestMillis > 0 {
-			shares := cpuShares(r.CPURequestMillis)
-			weight := 1 + ((shares-2)*9999)/262142
-			settings = append(settings, setting{"cpu.weight", strconv.FormatUint(weight, 10)})
-		}
+		shares := cpuShares(r.CPURequestMillis)
+		weight := 1 + ((shares-2)*9999)/262142
+		settings = append(settings, setting{"cpu.weight", strconv.FormatUint(weight, 10)})
 	} else {
 		if r.MemoryLimitBytes > 0 {
 			limit := strconv.FormatInt(r.MemoryLimitBytes, 10)
@@ -129,9 +138,7 @@ func setResources(dirs []string, v2 bool, r Resources) error {
 			settings = append(settings, setting{"cpu.cfs_period_us", "100000"})
 			settings = append(settings, setting{"cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(r.CPULimitMillis), 10)})
 		}
-		if r.CPURequestMillis > 0 {
-			settings = append(settings, setting{"cpu.shares", strconv.FormatUint(cpuShares(r.CPURequestMillis), 10)})
-		}
+		settings = append(settings, setting{"cpu.shares", strconv.FormatUint(cpuShares(r.CPURequestMillis), 10)})
 	}
 	for _, dir := range dirs {
 		for _, s := range settings {
@@ -160,7 +167,8 @@ func cpuQuota(millis int64) int64 {
 	return q
 }
 
-// cpuShares converts a CPU request in millicores to cgroup v1 shares.
+// cpuShares converts a CPU request in millicores to cgroup v1 shares; no
+// request (0) gets the minimum.
 func cpuShares(millis int64) uint64 {
 	s := uint64(millis) * 1024 / 1000
 	if s < 2 {
