@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,18 @@ const (
 	cmdSandbox = "runtime-sandbox" // runtime-sandbox <pod dir>
 	cmdShim    = "runtime-shim"    // runtime-shim <attempt dir>
 )
+
+// A subcommand's main goroutine keeps the main thread to itself, so that
+// no other goroutine runs there: the thread a container is forked from
+// moves into the container's mount namespace and cgroups and must end with
+// its goroutine, and the main thread cannot end (the runtime parks it for
+// good instead, in the container's cgroups, where a kill of the cgroup's
+// processes would take the whole supervisor).
+func init() {
+	if len(os.Args) > 1 && IsSubcommand(os.Args[1]) {
+		goruntime.LockOSThread()
+	}
+}
 
 // IsSubcommand tells whether name (os.Args[1]) is one of the runtime's
 // subcommands, to be run by Main.

@@ -35,16 +35,19 @@ type shim struct {
 	stdin     *os.File // write end of the main process's stdin, or the pty master
 	master    *os.File // pty master when TTY
 
-	mu        sync.Mutex
-	mntNS     int           // the container's mount namespace, -1 when not open
-	exited    chan struct{} // closed once exit.json is written
-	done      bool
-	termSent  bool
-	killTimer *time.Timer
-	killAt    time.Time
-	attaches  map[*attachClient]struct{}
-	stdinUsed bool
-	pumps     sync.WaitGroup
+	mu    sync.Mutex
+	mntNS int // the container's mount namespace, -1 when not open
+	// cgroupsReleased is set once the main process is reaped and the
+	// cgroups emptied: from then on they may hold the next attempt.
+	cgroupsReleased bool
+	exited          chan struct{} // closed once exit.json is written
+	done            bool
+	termSent        bool
+	killTimer       *time.Timer
+	killAt          time.Time
+	attaches        map[*attachClient]struct{}
+	stdinUsed       bool
+	pumps           sync.WaitGroup
 }
 
 // startAttempt starts one container attempt, supervised by goroutines of
@@ -361,6 +364,9 @@ func (s *shim) finish(ws syscall.WaitStatus) {
 	s.mu.Unlock()
 	_ = syscall.Kill(-s.mainPID, syscall.SIGKILL)
 	killCgroups(s.cfg.Cgroups, time.Now().Add(10*time.Second))
+	s.mu.Lock()
+	s.cgroupsReleased = true
+	s.mu.Unlock()
 
 	drained := make(chan struct{})
 	go func() { s.pumps.Wait(); close(drained) }()
@@ -409,7 +415,26 @@ func (s *shim) finish(ws syscall.WaitStatus) {
 // kill SIGKILLs the main process's group and everything in the cgroups.
 func (s *shim) kill() {
 	_ = syscall.Kill(-s.mainPID, syscall.SIGKILL)
-	go killCgroups(s.cfg.Cgroups, time.Now().Add(10*time.Second))
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			// Under the lock, and never once the attempt is finished: the
+			// next attempt reuses the cgroups and must not be killed.
+			s.mu.Lock()
+			var pids []int
+			if !s.cgroupsReleased {
+				pids = cgroupPIDs(s.cfg.Cgroups)
+				for _, pid := range pids {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			s.mu.Unlock()
+			if len(pids) == 0 || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 }
 
 // stop asks the main process to terminate, and kills it after grace. A
