@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
 )
 
@@ -163,6 +164,41 @@ func setCondition(s *corev1.NodeStatus, typ corev1.NodeConditionType, status cor
 
 // resources are a container's cgroup limits: its limits, and its CPU
 // request for the CPU share.
+// podResources are a pod cgroup's resources, as the kubelet sets them: the
+// CPU share of the pod's effective requests, and the CPU and memory limits
+// only when every container has one (the sum of the app containers' or the
+// largest init container's, whichever is more).
+func podResources(pod *corev1.Pod) runtime.Resources {
+	r := runtime.Resources{CPURequestMillis: provider.PodRequests(pod).MilliCPU}
+	value := func(q resource.Quantity, name corev1.ResourceName) int64 {
+		if name == corev1.ResourceCPU {
+			return q.MilliValue()
+		}
+		return q.Value()
+	}
+	limit := func(name corev1.ResourceName) int64 {
+		var sum, initMax int64
+		for i := range pod.Spec.Containers {
+			q, ok := pod.Spec.Containers[i].Resources.Limits[name]
+			if !ok {
+				return 0
+			}
+			sum += value(q, name)
+		}
+		for i := range pod.Spec.InitContainers {
+			q, ok := pod.Spec.InitContainers[i].Resources.Limits[name]
+			if !ok {
+				return 0
+			}
+			initMax = max(initMax, value(q, name))
+		}
+		return max(sum, initMax)
+	}
+	r.CPULimitMillis = limit(corev1.ResourceCPU)
+	r.MemoryLimitBytes = limit(corev1.ResourceMemory)
+	return r
+}
+
 func resources(c *corev1.Container) runtime.Resources {
 	var r runtime.Resources
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {

@@ -381,7 +381,9 @@ func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if sb == nil {
 		var err error
-		sb, err = w.p.parts.Runtime.EnsureSandbox(ctx, runtime.SandboxSpec{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Hostname: pod.Name})
+		sb, err = w.p.parts.Runtime.EnsureSandbox(ctx, runtime.SandboxSpec{
+			UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Hostname: pod.Name, Resources: podResources(pod),
+		})
 		if err != nil {
 			w.warnAll("FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return err

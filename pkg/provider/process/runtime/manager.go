@@ -196,6 +196,9 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 		if err := makeCgroups(rec.Cgroups, v2); err != nil {
 			return nil, fmt.Errorf("create pod cgroups: %w", err)
 		}
+		if err := setResources(rec.Cgroups, v2, spec.Resources); err != nil {
+			return nil, fmt.Errorf("set pod cgroup limits: %w", err)
+		}
 	}
 	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), rec); err != nil {
 		return nil, err

@@ -13,6 +13,9 @@ type SandboxSpec struct {
 	Namespace, Name string
 	// Hostname of the pod; empty means Name. Truncated to 63 characters.
 	Hostname string
+	// Resources are the pod cgroup's: the CPU share of the pod's requests
+	// among the pods, and its limits when every container has one.
+	Resources Resources
 }
 
 // Mount binds a host file or directory into a container.
