@@ -262,9 +262,8 @@ const supervisorsCgroup = "supervisors"
 // joinSupervisorsCgroup moves a sandbox into the supervisors' CPU cgroup:
 // together, the pods' supervisors weigh on the CPU as much as one busy
 // process, so that a hundred starting at once cannot starve the agent and
-// the API server they report to. (Memory stays with the agent's cgroup:
-// a pod's memory limit must never kill its supervisor.) Failing to is
-// logged, not fatal.
+// the API server they report to. The cgroup has no memory limit: a pod's
+// memory limit never kills its supervisor. Failing to is logged, not fatal.
 func (m *Manager) joinSupervisorsCgroup(logger klog.Logger, pid int) {
 	parents, v2, err := m.cgroups()
 	if err != nil {
