@@ -26,7 +26,13 @@ func main() {
 	if len(os.Args) > 1 && procruntime.IsSubcommand(os.Args[1]) {
 		os.Exit(procruntime.Main(os.Args[1:]))
 	}
-	if err := run(os.Args[1:]); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "config" {
+		err = runConfig(os.Args[2:], os.Stdout)
+	} else {
+		err = run(os.Args[1:])
+	}
+	if err != nil {
 		if !errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "nodelet: %v\n", err)
 		}
@@ -41,28 +47,10 @@ type options struct {
 }
 
 func run(args []string) error {
-	// Flags override the config file, which overrides defaults. The file is
-	// named by a flag, so parse once to find it, load it, then parse again
-	// on top of it.
 	var o options
-	if err := newFlagSet(&o, config.Default()).Parse(args); err != nil {
+	cfg, source, err := loadConfig(&o, args)
+	if err != nil {
 		return err
-	}
-	cfg := &config.Config{}
-	if o.configFile != "" {
-		loaded, err := config.LoadFile(o.configFile)
-		if err != nil {
-			return err
-		}
-		cfg = loaded
-	}
-	config.SetDefaults(cfg)
-	if err := newFlagSet(&o, cfg).Parse(args); err != nil {
-		return err
-	}
-	source := "flags"
-	if o.configFile != "" {
-		source = "config file " + o.configFile + " and flags"
 	}
 	if err := config.ValidationError(source, cfg.Validate()); err != nil {
 		return err
@@ -81,6 +69,31 @@ func run(args []string) error {
 	logger.Info("nodelet stopped")
 	klog.Flush()
 	return err
+}
+
+// loadConfig applies the flags over the config file over the defaults and
+// says where the result came from. It does not validate.
+func loadConfig(o *options, args []string) (cfg *config.Config, source string, err error) {
+	// The file is named by a flag, so parse once to find it, load it, then
+	// parse again on top of it.
+	if err := newFlagSet(o, config.Default()).Parse(args); err != nil {
+		return nil, "", err
+	}
+	cfg = &config.Config{}
+	if o.configFile != "" {
+		if cfg, err = config.LoadFile(o.configFile); err != nil {
+			return nil, "", err
+		}
+	}
+	config.SetDefaults(cfg)
+	if err := newFlagSet(o, cfg).Parse(args); err != nil {
+		return nil, "", err
+	}
+	source = "flags"
+	if o.configFile != "" {
+		source = "config file " + o.configFile + " and flags"
+	}
+	return cfg, source, nil
 }
 
 func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {

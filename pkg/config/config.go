@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -107,6 +106,12 @@ type Config struct {
 	// VolumeSyncPeriod is how often ConfigMap, Secret, downward API and
 	// projected volumes are refreshed.
 	VolumeSyncPeriod metav1.Duration `json:"volumeSyncPeriod,omitempty"`
+
+	// ConfigTrialDuration is how long a newly assigned remote config is on
+	// trial: if it fails to load or the agent fails to become healthy
+	// within it, nodelet rolls back to the last-known-good config; once it
+	// has passed, the assigned config becomes the last-known-good.
+	ConfigTrialDuration metav1.Duration `json:"configTrialDuration,omitempty"`
 
 	// Sim configures the sim provider.
 	Sim SimConfig `json:"sim,omitempty"`
@@ -265,6 +270,7 @@ func SetDefaults(c *Config) {
 		c.ContainerLogMaxFiles = 5
 	}
 	setDuration(&c.VolumeSyncPeriod, 10*time.Second)
+	setDuration(&c.ConfigTrialDuration, 10*time.Minute)
 	if c.Authentication.Webhook.Enabled == nil {
 		yes := true
 		c.Authentication.Webhook.Enabled = &yes
@@ -404,6 +410,7 @@ func (c *Config) Validate() field.ErrorList {
 		{"nodeStatusReportFrequency", c.NodeStatusReportFrequency},
 		{"pingInterval", c.PingInterval},
 		{"podStatusPollInterval", c.PodStatusPollInterval},
+		{"configTrialDuration", c.ConfigTrialDuration},
 	} {
 		if d.v.Duration <= 0 {
 			errs = append(errs, field.Invalid(field.NewPath(d.name), d.v.Duration.String(), "must be greater than 0"))
@@ -512,18 +519,14 @@ func ParseShard(s string) (index, count int, err error) {
 	return index, count, nil
 }
 
-// LoadFile reads a config file strictly: an unknown field is an error that
-// names it and the file. The result is not defaulted.
+// LoadFile reads a config file with Decode: strictly, and every error names
+// the file. The result is not defaulted.
 func LoadFile(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config file: %w", err)
 	}
-	c := &Config{}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
-	}
-	return c, nil
+	return Decode(data, "config file "+path)
 }
 
 // ErrInvalid marks a configuration that failed validation.

@@ -235,3 +235,19 @@ func TestServerTLSBootstrap(t *testing.T) {
 		t.Errorf("serverTLSBootstrap with tlsCertFile: %v, want an error naming serverTLSBootstrap", msg)
 	}
 }
+
+func TestConfigTrialDuration(t *testing.T) {
+	if d := Default().ConfigTrialDuration.Duration; d != 10*time.Minute {
+		t.Errorf("configTrialDuration default = %s, want 10m", d)
+	}
+	c := &Config{ConfigTrialDuration: metav1.Duration{Duration: time.Minute}}
+	SetDefaults(c)
+	if c.ConfigTrialDuration.Duration != time.Minute {
+		t.Errorf("a set configTrialDuration was defaulted to %s", c.ConfigTrialDuration.Duration)
+	}
+	c.NodeName = "n"
+	c.ConfigTrialDuration.Duration = -time.Second
+	if msg := c.Validate().ToAggregate(); msg == nil || !strings.Contains(msg.Error(), "configTrialDuration") {
+		t.Errorf("negative configTrialDuration: %v, want an error naming it", msg)
+	}
+}

@@ -1,0 +1,72 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// FuzzDecode decodes, defaults and validates arbitrary bytes. Nothing may
+// panic; every decode error is an ErrDecode; and a config that decodes and
+// validates must survive a round trip through YAML (what
+// `nodelet config defaults` prints must load again).
+func FuzzDecode(f *testing.F) {
+	defaults := Default()
+	defaults.NodeName = "n"
+	out, err := yaml.Marshal(defaults)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{
+		readmeExample,
+		string(out),
+		header + "nodeName: a\n",
+		header + "nodeName: a\nprovider: process\nenableServer: true\nport: 10250\nsystemReserved:\n  cpu: 500m\n",
+		header + "pingIntervall: 5s\n",
+		header + "port: 1\nport: 2\n",
+		header + "port: high\n",
+		header + "pingInterval: -1s\nconfigTrialDuration: -5m\n",
+		header + "sim:\n  nodeConditions:\n  - type: Ready\n    every: 1m\n    for: 2m\n    nodeRatio: 2\n",
+		header + "registerWithTaints:\n- key: a\n  effect: [x]\n",
+		header + "containerLogMaxSize: 1e400\nkubeAPIQPS: 1e39\n",
+		header + "nodeName: &a x\nshard: *a\n",
+		"apiVersion: nodelet.io/v1\nkind: NodeletConfiguration\n",
+		`{"apiVersion":"nodelet.io/v1alpha1","kind":"NodeletConfiguration","nodes":-1}`,
+		"a: &a [*a, *a]\n",
+		"- - - - - - []\n",
+		"~",
+		"",
+		"\x00\xff\xfe{[",
+		"{" + strings.Repeat(`"a":{`, 50) + strings.Repeat("}", 51),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Decode(data, "fuzz")
+		if err != nil {
+			if !errors.Is(err, ErrDecode) {
+				t.Fatalf("Decode error %v is not an ErrDecode", err)
+			}
+			return
+		}
+		SetDefaults(c)
+		if errs := c.Validate(); len(errs) > 0 {
+			_ = errs.ToAggregate().Error()
+			return
+		}
+		out, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatalf("a valid config does not marshal: %v", err)
+		}
+		again, err := Decode(out, "round trip")
+		if err != nil {
+			t.Fatalf("a valid config does not decode again: %v\n%s", err, out)
+		}
+		SetDefaults(again)
+		if errs := again.Validate(); len(errs) > 0 {
+			t.Fatalf("a valid config is invalid after a round trip: %v\n%s", errs, out)
+		}
+	})
+}
