@@ -553,11 +553,23 @@ func (w *podWorker) postStart(ctx context.Context, c *corev1.Container, attempt 
 	defer cancel()
 	if err := probe.RunHandler(hctx, h, w.target(c)); err != nil {
 		w.event(corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
-		if st, ok := w.sandbox.Container(c.Name); ok && st.Attempt == attempt && st.State == runtime.StateRunning {
+		sb := w.currentSandbox()
+		if sb == nil {
+			return
+		}
+		if st, ok := sb.Container(c.Name); ok && st.Attempt == attempt && st.State == runtime.StateRunning {
 			w.event(corev1.EventTypeNormal, "Killing", "FailedPostStartHook")
-			_ = w.sandbox.StopContainer(ctx, c.Name, gracePeriod(w.spec()))
+			_ = sb.StopContainer(ctx, c.Name, gracePeriod(w.spec()))
 		}
 	}
+}
+
+// currentSandbox is the pod's sandbox, for goroutines other than the
+// worker's own (the worker sets it once the sandbox runs).
+func (w *podWorker) currentSandbox() *runtime.Sandbox {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sandbox
 }
 
 // target is what probes and hooks of a container run against.
@@ -569,9 +581,7 @@ func (w *podWorker) target(c *corev1.Container) probe.Target {
 type execer struct{ w *podWorker }
 
 func (e execer) ExecSync(ctx context.Context, container string, argv []string) ([]byte, int, error) {
-	e.w.mu.Lock()
-	sb := e.w.sandbox
-	e.w.mu.Unlock()
+	sb := e.w.currentSandbox()
 	if sb == nil {
 		return nil, 0, errors.New("pod sandbox is not running")
 	}
@@ -685,11 +695,13 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 			grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
 		}
 		w.event(corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, kind)
-		go func() {
-			if err := w.sandbox.StopContainer(ctx, c.Name, grace); err != nil {
-				w.logger(ctx).Error(err, "Stopping unhealthy container failed", "container", c.Name)
-			}
-		}()
+		if sb := w.currentSandbox(); sb != nil {
+			go func() {
+				if err := sb.StopContainer(ctx, c.Name, grace); err != nil {
+					w.logger(ctx).Error(err, "Stopping unhealthy container failed", "container", c.Name)
+				}
+			}()
+		}
 	}
 	w.kick()
 }
