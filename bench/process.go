@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,12 +29,17 @@ type processResult struct {
 	PodBoundP99       float64 `json:"podCreateToBoundP99Seconds"`
 	BoundToRunningP50 float64 `json:"podBoundToRunningP50Seconds"`
 	BoundToRunningP99 float64 `json:"podBoundToRunningP99Seconds"`
-	IdleSeconds       float64 `json:"idleSeconds"`
-	IdleAgentCores    float64 `json:"idleAgentCores"`
-	IdleAgentRSSMiB   float64 `json:"idleAgentRSSMiB"`
-	AgentPeakRSSMiB   float64 `json:"agentPeakRSSMiB"`
-	LastDeleteToGone  float64 `json:"lastDeleteToAllGoneSeconds"`
-	SupervisorsRSSMiB float64 `json:"sandboxesAndShimsRSSMiB"`
+	// CPU seconds the whole machine (control plane, agent, sandboxes,
+	// containers) and the agent alone used from the Deployment's creation
+	// until every pod was Running.
+	StartMachineCPUSeconds float64 `json:"startMachineCPUSeconds"`
+	StartAgentCPUSeconds   float64 `json:"startAgentCPUSeconds"`
+	IdleSeconds            float64 `json:"idleSeconds"`
+	IdleAgentCores         float64 `json:"idleAgentCores"`
+	IdleAgentRSSMiB        float64 `json:"idleAgentRSSMiB"`
+	AgentPeakRSSMiB        float64 `json:"agentPeakRSSMiB"`
+	LastDeleteToGone       float64 `json:"lastDeleteToAllGoneSeconds"`
+	SupervisorsRSSMiB      float64 `json:"sandboxesAndShimsRSSMiB"`
 }
 
 // measureProcess runs one process-provider node and a Deployment of m
@@ -92,6 +98,7 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 			},
 		},
 	}
+	machine0, agent0 := machineCPU(), procCPU(proc.cmd.Process.Pid)
 	logf("process: creating a Deployment of %d replicas", m)
 	if _, err := cl.client.AppsV1().Deployments(benchNamespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		return r, fmt.Errorf("create deployment: %w", err)
@@ -109,6 +116,8 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	r.StartMachineCPUSeconds = machineCPU() - machine0
+	r.StartAgentCPUSeconds = procCPU(proc.cmd.Process.Pid) - agent0
 	cl.mu.Lock()
 	var lat, toBound, boundToRunning []time.Duration
 	for name, t := range cl.running {
@@ -125,6 +134,8 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 	r.BoundToRunningP50, r.BoundToRunningP99 = percentile(s, 0.5), percentile(s, 0.99)
 	logf("process: %d pods Running: p50 %.3fs p99 %.3fs (created→bound p50 %.3fs p99 %.3fs; bound→Running p50 %.3fs p99 %.3fs)",
 		m, r.PodRunningP50, r.PodRunningP99, r.PodBoundP50, r.PodBoundP99, r.BoundToRunningP50, r.BoundToRunningP99)
+	logf("process: CPU until all Running: machine %.2fs (%.0f ms a pod), agent %.2fs", r.StartMachineCPUSeconds,
+		1000*r.StartMachineCPUSeconds/float64(m), r.StartAgentCPUSeconds)
 
 	cpu0 := procCPU(proc.cmd.Process.Pid)
 	time.Sleep(idle)
@@ -147,6 +158,25 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 	}
 	r.LastDeleteToGone = time.Since(start).Seconds()
 	return r, nil
+}
+
+// machineCPU is the CPU seconds every core of the machine has been busy.
+func machineCPU() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return math.NaN()
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	busy := 0.0
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		var x float64
+		if i < len(f) {
+			fmt.Sscan(f[i], &x)
+		}
+		busy += x
+	}
+	return busy / 100 // USER_HZ
 }
 
 // procRSS is a process's resident memory now, in MiB.
