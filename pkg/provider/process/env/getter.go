@@ -3,11 +3,15 @@ package env
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Getter reads the objects a container environment is built from. Errors for
@@ -21,44 +25,52 @@ type Getter interface {
 	Services(ctx context.Context, namespace string) ([]corev1.Service, error)
 }
 
-// NewGetter returns a Getter that reads straight from the API server.
+// NewGetter returns a Getter that reads ConfigMaps and Secrets from the API
+// server and Services from a cluster-wide Service informer (as the kubelet
+// does), started on first use and kept for the life of the process: a
+// burst of pod starts costs the API server no list of services.
 func NewGetter(client kubernetes.Interface) Getter {
-	return clientGetter{client: client}
+	return &clientGetter{client: client}
 }
 
 type clientGetter struct {
 	client kubernetes.Interface
+
+	once     sync.Once
+	informer cache.SharedIndexInformer
+	services corelisters.ServiceLister
 }
 
-func (g clientGetter) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+func (g *clientGetter) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
 	return g.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (g clientGetter) Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+func (g *clientGetter) Secret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	return g.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (g clientGetter) Services(ctx context.Context, namespace string) ([]corev1.Service, error) {
-	list, err := g.client.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{})
+func (g *clientGetter) Services(ctx context.Context, namespace string) ([]corev1.Service, error) {
+	g.once.Do(func() {
+		g.informer = coreinformers.NewServiceInformer(g.client, metav1.NamespaceAll, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		g.services = corelisters.NewServiceLister(g.informer.GetIndexer())
+		go g.informer.RunWithContext(context.Background())
+	})
+	if !cache.WaitForCacheSync(ctx.Done(), g.informer.HasSynced) {
+		return nil, fmt.Errorf("list services in %s: the service cache did not sync: %w", namespace, ctx.Err())
+	}
+	list, err := g.services.Services(namespace).List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list services in %s: %w", namespace, err)
 	}
-	services := list.Items
+	services := make([]corev1.Service, 0, len(list)+1)
+	for _, s := range list {
+		services = append(services, *s)
+	}
 	if namespace == metav1.NamespaceDefault {
 		return services, nil
 	}
-	// A list by name rather than a get, so that "list services" is the
-	// only permission service links need.
-	masters, err := g.client.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", masterService).String(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list services in %s: %w", metav1.NamespaceDefault, err)
-	}
-	for _, s := range masters.Items {
-		if s.Name == masterService {
-			services = append(services, s)
-		}
+	if master, err := g.services.Services(metav1.NamespaceDefault).Get(masterService); err == nil {
+		services = append(services, *master)
 	}
 	return services, nil
 }
