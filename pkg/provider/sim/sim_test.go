@@ -489,38 +489,6 @@ func withInit(pod *corev1.Pod, cpu string) *corev1.Pod {
 	return pod
 }
 
-func TestPodRequests(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	c := func(name, cpu string) corev1.Container {
-		return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}
-	}
-	sidecar := func(name, cpu string) corev1.Container {
-		s := c(name, cpu)
-		s.RestartPolicy = &always
-		return s
-	}
-	tests := []struct {
-		name string
-		spec corev1.PodSpec
-		want int64
-	}{
-		{"containers sum", corev1.PodSpec{Containers: []corev1.Container{c("a", "1"), c("b", "500m")}}, 1500},
-		{"init smaller", corev1.PodSpec{InitContainers: []corev1.Container{c("i", "1")}, Containers: []corev1.Container{c("a", "2")}}, 2000},
-		{"init larger", corev1.PodSpec{InitContainers: []corev1.Container{c("i", "3")}, Containers: []corev1.Container{c("a", "2")}}, 3000},
-		{"sidecar adds", corev1.PodSpec{InitContainers: []corev1.Container{sidecar("s", "1")}, Containers: []corev1.Container{c("a", "2")}}, 3000},
-		{"init after sidecar", corev1.PodSpec{InitContainers: []corev1.Container{sidecar("s", "1"), c("i", "4")}, Containers: []corev1.Container{c("a", "2")}}, 5000},
-		{"overhead", corev1.PodSpec{Containers: []corev1.Container{c("a", "1")}, Overhead: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}, 1250},
-		{"pod level", corev1.PodSpec{Containers: []corev1.Container{c("a", "1")}, Resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}, 3000},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := provider.PodRequests(&corev1.Pod{Spec: tt.spec}).MilliCPU; got != tt.want {
-				t.Errorf("cpu request = %d, want %d", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestRestorePod(t *testing.T) {
 	ctx := context.Background()
 	started := metav1.NewTime(t0.Add(-time.Hour))
