@@ -247,13 +247,16 @@ func (a *ActualStateOfWorld) removeReported(volume corev1.UniqueVolumeName, node
 }
 
 // SetNodeStatusUpdateNeeded marks node's status for an update (after a
-// failed one).
+// failed one, or when it shows other volumes than reported).
 func (a *ActualStateOfWorld) SetNodeStatusUpdateNeeded(node types.NodeName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ns, ok := a.statuses[node]; ok {
-		ns.updateNeeded = true
+	ns, ok := a.statuses[node]
+	if !ok {
+		ns = &nodeStatus{reported: make(map[corev1.UniqueVolumeName]struct{})}
+		a.statuses[node] = ns
 	}
+	ns.updateNeeded = true
 }
 
 // RemoveNode forgets the node's status report: the Node is gone. Its

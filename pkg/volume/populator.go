@@ -292,6 +292,28 @@ func (p *Populator) nodeChanged(ctx context.Context, obj any) {
 		}
 	}
 	p.asw.SetVolumesMountedByNode(name, node.Status.VolumesInUse)
+	// A status that lists other volumes than we report (a recreated Node,
+	// or a status someone else overwrote) is written again.
+	if !sameVolumes(node.Status.VolumesAttached, p.asw.VolumesReportedAttached(name)) {
+		p.asw.SetNodeStatusUpdateNeeded(name)
+	}
+}
+
+// sameVolumes reports whether a and b name the same volumes.
+func sameVolumes(a, b []corev1.AttachedVolume) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	names := make(map[corev1.UniqueVolumeName]bool, len(a))
+	for _, v := range a {
+		names[v.Name] = true
+	}
+	for _, v := range b {
+		if !names[v.Name] {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Populator) nodeDeleted(ctx context.Context, obj any) {

@@ -193,6 +193,16 @@ func TestPopulatorFromInformers(t *testing.T) {
 	})
 	poll(t, "volume of a pod on a node managed later added", func() bool { return dsw.VolumeExists(CSIVolumeName("d", "c3"), "node3") })
 
+	// Someone overwrites node1's attached volumes: they are written again.
+	asw.GetVolumesToReportAttached()
+	n1 = n1.DeepCopy()
+	n1.Status.VolumesAttached = nil
+	mustDo(t, func() error { _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n1, metav1.UpdateOptions{}); return err })
+	poll(t, "overwritten status marked for an update", func() bool {
+		ok, vs := asw.GetVolumesToReportAttachedForNode("node1")
+		return ok && len(vs) == 2
+	})
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)

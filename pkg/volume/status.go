@@ -24,7 +24,9 @@ type NodeStatusUpdater interface {
 
 // AttachedVolumesWriter sets a node's status.volumesAttached. It returns once
 // the Node in the API lists exactly volumes, or an error (NotFound when the
-// Node does not exist). The node loop implements it with its status patch.
+// Node does not exist). It is called whenever the list may have changed, at
+// least once per node at start; a write that would change nothing may be
+// skipped. The node loop implements it with its status patch.
 type AttachedVolumesWriter interface {
 	SetVolumesAttached(ctx context.Context, node types.NodeName, volumes []corev1.AttachedVolume) error
 }
