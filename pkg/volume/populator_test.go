@@ -197,7 +197,10 @@ func TestPopulatorFromInformers(t *testing.T) {
 	asw.GetVolumesToReportAttached()
 	n1 = n1.DeepCopy()
 	n1.Status.VolumesAttached = nil
-	mustDo(t, func() error { _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n1, metav1.UpdateOptions{}); return err })
+	mustDo(t, func() error {
+		_, err := client.CoreV1().Nodes().UpdateStatus(ctx, n1, metav1.UpdateOptions{})
+		return err
+	})
 	poll(t, "overwritten status marked for an update", func() bool {
 		ok, vs := asw.GetVolumesToReportAttachedForNode("node1")
 		return ok && len(vs) == 2
