@@ -3,7 +3,6 @@ package volume_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -44,7 +43,7 @@ type harness struct {
 	rc       *volume.Reconciler
 
 	mu       sync.Mutex
-	failNext map[sim.Op]error // failure injected into every call of op
+	failures map[sim.Op]error // the error of every call of op, while set
 	onFail   func(op sim.Op, v volume.Volume, node types.NodeName)
 }
 
@@ -69,7 +68,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		status:   &statusWriter{written: map[types.NodeName][]corev1.UniqueVolumeName{}},
 		recorder: record.NewFakeRecorder(100),
 		reg:      prometheus.NewRegistry(),
-		failNext: map[sim.Op]error{},
+		failures: map[sim.Op]error{},
 	}
 	h.asw = volume.NewActualStateOfWorld(h.clock)
 	so := o.sim
@@ -100,7 +99,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 // fail is the sim plugin's failure hook.
 func (h *harness) fail(op sim.Op, v volume.Volume, node types.NodeName) error {
 	h.mu.Lock()
-	err, onFail := h.failNext[op], h.onFail
+	err, onFail := h.failures[op], h.onFail
 	h.mu.Unlock()
 	if onFail != nil {
 		onFail(op, v, node)
@@ -111,7 +110,7 @@ func (h *harness) fail(op sim.Op, v volume.Volume, node types.NodeName) error {
 func (h *harness) setFailure(op sim.Op, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.failNext[op] = err
+	h.failures[op] = err
 }
 
 // reconcile runs one pass and waits for the operations it started.
@@ -177,7 +176,7 @@ func (h *harness) volumeOf(p *corev1.PersistentVolume) volume.Volume {
 	return volume.Volume{Name: name, Spec: spec}
 }
 
-// addPod records that pod needs the volume of pv on its node.
+// addPod records that pod needs v on its node.
 func (h *harness) addPod(p *corev1.Pod, v volume.Volume) {
 	h.t.Helper()
 	if err := h.dsw.AddPod(p, v, types.NodeName(p.Spec.NodeName)); err != nil {
@@ -233,8 +232,8 @@ func (h *harness) forcedDetaches(reason string) float64 {
 	return 0
 }
 
-// attachedNowhere fails unless v is attached to no node in the sim plugin
-// and absent from the actual state of world.
+// expectDetached fails unless v is detached from node in the sim plugin and
+// in the actual state of world.
 func (h *harness) expectDetached(v corev1.UniqueVolumeName, node string) {
 	h.t.Helper()
 	if h.sim.IsAttached(v, types.NodeName(node)) {
@@ -329,5 +328,3 @@ func (w *statusWriter) count() int {
 }
 
 var errBoom = errors.New("boom")
-
-func msg(format string, args ...any) string { return fmt.Sprintf(format, args...) }
