@@ -63,7 +63,7 @@ func validateConfig(args []string, stdout io.Writer) error {
 	}
 	file := fs.Arg(0)
 	o.configFile = file
-	cfg, _, err := loadConfig(&o, args)
+	cfg, _, _, err := loadConfig(&o, args)
 	var de *config.DecodeError
 	if errors.As(err, &de) {
 		return problems{fmt.Sprintf("%s: %v", de.Source, config.ErrDecode), de.Problems}

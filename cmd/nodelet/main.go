@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,11 +49,35 @@ type options struct {
 
 func run(args []string) error {
 	var o options
-	cfg, source, err := loadConfig(&o, args)
+	cfg, file, source, err := loadConfig(&o, args)
 	if err != nil {
 		return err
 	}
 	if err := config.ValidationError(source, cfg.Validate()); err != nil {
+		return err
+	}
+	reapInherited()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.Background().WithValues("node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	// The config to run: the local one, or the remote one assigned to
+	// this node (flags override it too), or the last-known-good.
+	remote, err := config.NewController(config.Local{
+		Config: cfg,
+		File:   file,
+		Flags: func(c *config.Config) error {
+			var ignored options
+			return newFlagSet(&ignored, c).Parse(args)
+		},
+	}, config.ControllerOptions{})
+	if err != nil {
+		return err
+	}
+	defer remote.Close()
+	if cfg, err = remote.Bootstrap(logger); err != nil {
 		return err
 	}
 
@@ -60,40 +85,60 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithValues("node", cfg.NodeName)
-	ctx = klog.NewContext(ctx, logger)
 	logger.Info("Starting nodelet", "version", app.Version, "provider", cfg.Provider)
-	err = app.Run(ctx, rc, cfg)
+	err = app.Run(ctx, rc, cfg, remote)
+	if errors.Is(err, config.ErrRestart) {
+		logger.Info("Restarting nodelet in place to use the newly assigned config")
+		klog.Flush()
+		stop()
+		remote.Close()
+		return reexec()
+	}
 	logger.Info("nodelet stopped")
 	klog.Flush()
 	return err
 }
 
 // loadConfig applies the flags over the config file over the defaults and
-// says where the result came from. It does not validate.
-func loadConfig(o *options, args []string) (cfg *config.Config, source string, err error) {
+// says where the result came from. It does not validate. file is the config
+// file as decoded, before defaults and flags (nil without one).
+func loadConfig(o *options, args []string) (cfg, file *config.Config, source string, err error) {
 	// The file is named by a flag, so parse once to find it, load it, then
 	// parse again on top of it.
 	if err := newFlagSet(o, config.Default()).Parse(args); err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cfg = &config.Config{}
 	if o.configFile != "" {
-		if cfg, err = config.LoadFile(o.configFile); err != nil {
-			return nil, "", err
+		if file, err = config.LoadFile(o.configFile); err != nil {
+			return nil, nil, "", err
+		}
+		if cfg, err = clone(file); err != nil {
+			return nil, nil, "", err
 		}
 	}
 	config.SetDefaults(cfg)
 	if err := newFlagSet(o, cfg).Parse(args); err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	source = "flags"
 	if o.configFile != "" {
 		source = "config file " + o.configFile + " and flags"
 	}
-	return cfg, source, nil
+	return cfg, file, source, nil
+}
+
+// clone is a deep copy of c.
+func clone(c *config.Config) (*config.Config, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	var out config.Config
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -30,6 +33,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/pod"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/sim"
+	"github.com/nodelet/nodelet/pkg/server"
 )
 
 // Version is the agent's version, reported as the node's kubelet version.
@@ -60,8 +64,11 @@ func RESTConfig(kubeconfig string, cfg *config.Config) (*rest.Config, error) {
 	return rc, nil
 }
 
-// Run runs the agent until ctx is done.
-func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
+// Run runs the agent until ctx is done. remote, when not nil, is the config
+// controller that bootstrapped cfg: it follows the first node's config
+// source annotation, and Run returns config.ErrRestart when the agent must
+// restart to use a newly assigned config.
+func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *config.Controller) error {
 	logger := klog.FromContext(ctx)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
@@ -104,20 +111,29 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	if loops == nil {
 		loops = map[string]func(context.Context) error{}
 	}
+	registry, err := newRegistry(remote)
+	if err != nil {
+		return err
+	}
+	var srv *server.Server
 	if cfg.ServerEnabled() {
-		srv, err := kubeletServer(client, podProviders, cfg)
+		srv, err = kubeletServer(client, podProviders, cfg, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 		if err != nil {
 			return err
 		}
 		loops["kubelet API server"] = srv.Run
 	}
 
-	nodeCtrl, err := node.NewController(client, nodes, node.Options{
+	nodeOpts := node.Options{
 		LeaseDuration:        secondsToDuration(cfg.NodeLeaseDurationSeconds),
 		StatusReportInterval: cfg.NodeStatusReportFrequency.Duration,
 		PingInterval:         cfg.PingInterval.Duration,
 		Workers:              min(max(len(managed)/100, 8), 64),
-	})
+	}
+	if remote != nil {
+		nodeOpts.Conditions = remote.Conditions
+	}
+	nodeCtrl, err := node.NewController(client, nodes, nodeOpts)
 	if err != nil {
 		return fmt.Errorf("node controller: %w", err)
 	}
@@ -142,6 +158,22 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 	})
 	if err != nil {
 		return fmt.Errorf("pod controller: %w", err)
+	}
+
+	if remote != nil {
+		// The first node is the agent's: its annotation names the config.
+		base := names[0]
+		if err := remote.Watch(nodeFactory.Core().V1().Nodes(), base); err != nil {
+			return err
+		}
+		remote.OnChange(nodeCtrl.ReportAllStatus)
+		healthy := func() bool {
+			return closed(nodeCtrl.Ready()) && closed(podCtrl.Synced()) && nodeCtrl.NodeReady(base) &&
+				(srv == nil || closed(srv.Serving()))
+		}
+		loops["config controller"] = func(ctx context.Context) error {
+			return remote.Run(ctx, client, recorder, healthy)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -179,6 +211,29 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config) error {
 		}
 	}
 	return errors.Join(all...)
+}
+
+// newRegistry is the registry of the metrics served at the kubelet API's
+// /metrics: the Go runtime's, the process's and the config controller's.
+func newRegistry(remote *config.Controller) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if remote != nil {
+		if err := remote.Register(reg); err != nil {
+			return nil, fmt.Errorf("register config metrics: %w", err)
+		}
+	}
+	return reg, nil
+}
+
+// closed tells whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // podSelector selects the pods bound to names: exactly one node's by field

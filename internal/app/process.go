@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -78,7 +79,7 @@ func shimBinary() string {
 }
 
 // kubeletServer builds the kubelet API server of the agent's nodes.
-func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLifecycleHandler, cfg *config.Config) (*server.Server, error) {
+func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLifecycleHandler, cfg *config.Config, metrics http.Handler) (*server.Server, error) {
 	var backend server.Backend = &multiNodeBackend{pods: pods}
 	if len(pods) == 1 {
 		for _, p := range pods {
@@ -95,6 +96,7 @@ func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLife
 		CertDir:               filepath.Join(cfg.RootDir, "pki"),
 		ClientCAFile:          cfg.Authentication.X509.ClientCAFile,
 		WebhookAuthentication: ptr.To(ptr.Deref(cfg.Authentication.Webhook.Enabled, true)),
+		Metrics:               metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API server: %w", err)

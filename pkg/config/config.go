@@ -1,5 +1,12 @@
 // Package config owns nodelet's configuration: its type, defaults,
-// validation and loading from a file. It never talks to the API server.
+// validation and loading from a file, and the controller that picks the
+// config the agent runs — the local one, or a remote one named by the
+// Node's config.nodelet.io/source annotation, checkpointed on disk (package
+// checkpoint), tried and rolled back to the last-known-good when it fails —
+// and reports it as the Node's ConfigOK condition. The controller reads
+// the agent's Node and that ConfigMap, and writes only checkpoints and its
+// own state under <rootDir>/config and Events; the condition is written by
+// the node controller's status report.
 package config
 
 import (

@@ -68,6 +68,11 @@ type Options struct {
 	Workers int
 	// Clock is the time source (default the real clock).
 	Clock clock.WithTicker
+	// Conditions, when set, gives conditions that other parts of the agent
+	// own (the config controller's ConfigOK) to report in a node's status
+	// with the provider's. Their times are set by the report. Call
+	// ReportStatus when they change.
+	Conditions func(node string) []corev1.NodeCondition
 }
 
 // validate fills in defaults and reports every invalid field.
@@ -248,6 +253,34 @@ func (c *Controller) ReportStatus(nodeName string) {
 	if _, ok := c.nodes[nodeName]; ok {
 		c.queue.Add(taskKey{node: nodeName, task: taskStatus})
 	}
+}
+
+// ReportAllStatus asks for every node's status to be checked now, as
+// ReportStatus does for one.
+func (c *Controller) ReportAllStatus() {
+	for name := range c.nodes {
+		c.queue.Add(taskKey{node: name, task: taskStatus})
+	}
+}
+
+// NodeReady tells whether the node's last written status had the Ready
+// condition True.
+func (c *Controller) NodeReady(nodeName string) bool {
+	n, ok := c.nodes[nodeName]
+	if !ok {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.applied == nil {
+		return false
+	}
+	for _, cond := range n.applied.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Run registers every node and keeps its Lease and status current until ctx

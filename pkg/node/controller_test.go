@@ -398,3 +398,54 @@ func TestRunTwice(t *testing.T) {
 		t.Error("a second Run succeeded, want an error")
 	}
 }
+
+func TestExtraConditionsAreReported(t *testing.T) {
+	client := newFakeClient(true)
+	var mu sync.Mutex
+	extra := corev1.NodeCondition{Type: "ConfigOK", Status: corev1.ConditionTrue, Reason: "passing all checks", Message: "using current: local"}
+	conditions := func(node string) []corev1.NodeCondition {
+		mu.Lock()
+		defer mu.Unlock()
+		if node != "n" {
+			t.Errorf("conditions asked for node %q", node)
+		}
+		return []corev1.NodeCondition{extra}
+	}
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: &fakeProvider{}}},
+		Options{PingInterval: time.Hour, StatusReportInterval: 2 * time.Hour, Conditions: conditions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	n := getNode(t, client, "n")
+	if got := condition(n, "ConfigOK"); got == nil || got.Message != "using current: local" || got.LastHeartbeatTime.IsZero() {
+		t.Fatalf("ConfigOK = %+v, want the extra condition with times", got)
+	}
+	if !c.NodeReady("n") || c.NodeReady("unknown") {
+		t.Errorf("NodeReady(n) = %v, NodeReady(unknown) = %v; want true, false", c.NodeReady("n"), c.NodeReady("unknown"))
+	}
+
+	mu.Lock()
+	extra.Status, extra.Message = corev1.ConditionFalse, "using last-known-good: local"
+	mu.Unlock()
+	c.ReportAllStatus()
+	poll(t, "the changed condition reported", func() bool {
+		got := condition(getNode(t, client, "n"), "ConfigOK")
+		return got != nil && got.Status == corev1.ConditionFalse && got.Message == "using last-known-good: local"
+	})
+	if ready := condition(getNode(t, client, "n"), corev1.NodeReady); ready == nil || ready.Status != corev1.ConditionTrue {
+		t.Errorf("Ready = %+v, want the provider's, untouched", ready)
+	}
+}
+
+func TestSetConditionsReplacesByType(t *testing.T) {
+	status := corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
+		{Type: "ConfigOK", Status: corev1.ConditionTrue},
+	}}
+	setConditions(&status, []corev1.NodeCondition{{Type: "ConfigOK", Status: corev1.ConditionFalse}, {Type: "Other", Status: corev1.ConditionTrue}})
+	if len(status.Conditions) != 3 || status.Conditions[1].Status != corev1.ConditionFalse || status.Conditions[2].Type != "Other" {
+		t.Errorf("conditions = %+v", status.Conditions)
+	}
+}

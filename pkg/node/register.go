@@ -14,16 +14,37 @@ import (
 )
 
 // desiredNode is the node as nodelet wants it: the template, described by
-// the provider, with nodelet's say on the Ready condition. Condition times
-// are left for the status report to set.
-func desiredNode(ctx context.Context, n *nodeState) *corev1.Node {
+// the provider, with nodelet's say on the Ready condition and the
+// conditions of Options.Conditions. Condition times are left for the
+// status report to set.
+func (c *Controller) desiredNode(ctx context.Context, n *nodeState) *corev1.Node {
 	node := n.template.DeepCopy()
 	n.provider.ConfigureNode(ctx, node)
 	n.mu.Lock()
 	pingErr := n.pingErr
 	n.mu.Unlock()
 	setReady(&node.Status, pingErr)
+	if c.opts.Conditions != nil {
+		setConditions(&node.Status, c.opts.Conditions(n.name))
+	}
 	return node
+}
+
+// setConditions puts each of extra into status, in place of the condition
+// of its type if there is one.
+func setConditions(status *corev1.NodeStatus, extra []corev1.NodeCondition) {
+	for _, e := range extra {
+		replaced := false
+		for i := range status.Conditions {
+			if status.Conditions[i].Type == e.Type {
+				status.Conditions[i], replaced = e, true
+				break
+			}
+		}
+		if !replaced {
+			status.Conditions = append(status.Conditions, e)
+		}
+	}
 }
 
 // register makes sure the Node exists and carries nodelet's labels,

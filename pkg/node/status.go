@@ -32,7 +32,7 @@ var errNodeGone = errors.New("node was deleted or replaced; registering it again
 // It runs again within a ping interval, so that a change a provider does
 // not notify is still reported promptly.
 func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duration, error) {
-	desired := desiredNode(ctx, n)
+	desired := c.desiredNode(ctx, n)
 
 	n.mu.Lock()
 	uid, applied, appliedAt, forced := n.uid, n.applied, n.appliedAt, n.forceReport

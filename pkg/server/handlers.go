@@ -41,8 +41,16 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", s.run)
 	mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", s.run)
+	if s.opts.Metrics == nil {
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "/metrics is not implemented by nodelet", http.StatusNotImplemented)
+		})
+	}
 
-	for _, p := range []string{"/metrics", "/metrics/", "/stats/", "/logs/"} {
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.opts.Metrics)
+	}
+	for _, p := range []string{"/metrics/", "/stats/", "/logs/"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("%s is not implemented by nodelet", r.URL.Path), http.StatusNotImplemented)
 		})

@@ -107,6 +107,10 @@ type Options struct {
 	// StreamCreationTimeout is how long a client has to create the streams
 	// of a session (default 30s).
 	StreamCreationTimeout time.Duration
+
+	// Metrics serves /metrics (authorized as nodes/metrics, as the
+	// kubelet's); nil answers 501.
+	Metrics http.Handler
 }
 
 func (o *Options) setDefaults() {
@@ -193,6 +197,8 @@ type Server struct {
 	// loop serves SPDY to the handlers that translate WebSocket; set by
 	// Run (which is called once) before serving.
 	loop *loopback
+
+	serving chan struct{} // closed once the server serves
 }
 
 // New checks the options and returns a server that is not yet listening.
@@ -204,8 +210,12 @@ func New(client kubernetes.Interface, backend Backend, opts Options) (*Server, e
 	if err := opts.validate(client); err != nil {
 		return nil, fmt.Errorf("kubelet API server: %w", err)
 	}
-	return &Server{client: client, backend: backend, opts: opts}, nil
+	return &Server{client: client, backend: backend, opts: opts, serving: make(chan struct{})}, nil
 }
+
+// Serving is closed once the server listens with its certificate and
+// authentication ready.
+func (s *Server) Serving() <-chan struct{} { return s.serving }
 
 // Run listens on the configured address and serves until ctx ends, then
 // shuts down: new connections are refused, requests in flight and open
@@ -264,6 +274,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.ServeTLS(conns, "", "") }()
 	logger.Info("Serving the kubelet API", "address", ln.Addr().String())
+	close(s.serving)
 
 	select {
 	case err := <-errCh:

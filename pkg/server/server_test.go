@@ -452,6 +452,23 @@ func TestNotImplemented(t *testing.T) {
 	}
 }
 
+func TestMetricsHandler(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "nodelet_config_ok 1\n")
+	})
+	ts := startServer(t, &fakeBackend{}, Options{Metrics: metrics}, "alice")
+	status, body := ts.do(t, http.MethodGet, "/metrics", "alice-token", nil)
+	if status != http.StatusOK || body != "nodelet_config_ok 1\n" {
+		t.Errorf("GET /metrics = %d %q, want 200 and the handler's answer", status, body)
+	}
+	if status, _ := ts.do(t, http.MethodGet, "/metrics", "bob-token", nil); status != http.StatusForbidden {
+		t.Errorf("GET /metrics by a user without nodes/metrics = %d, want 403", status)
+	}
+	if status, _ := ts.do(t, http.MethodGet, "/metrics/resource", "alice-token", nil); status != http.StatusNotImplemented {
+		t.Errorf("GET /metrics/resource = %d, want 501", status)
+	}
+}
+
 func TestBackendWithoutCapabilities(t *testing.T) {
 	type podsOnly struct{ Backend }
 	rv := &reviews{allowed: map[string]bool{"alice": true}}
