@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/volume"
@@ -57,7 +59,8 @@ func newPlugin(t *testing.T, client *fake.Clientset, opts csi.Options) *csi.Plug
 }
 
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -450,4 +453,40 @@ func mapsEqual(a, b map[corev1.UniqueVolumeName]bool) bool {
 		}
 	}
 	return true
+}
+
+func TestAttachWatchReopened(t *testing.T) {
+	ctx := testContext(t)
+	client := fake.NewClientset()
+	var watches atomic.Int32
+	reopened := make(chan struct{})
+	client.PrependWatchReactor("volumeattachments", func(clienttesting.Action) (bool, watch.Interface, error) {
+		switch watches.Add(1) {
+		case 2: // the plugin's first watch: closed by the server at once
+			w := watch.NewFake()
+			w.Stop()
+			return true, w, nil
+		case 3:
+			close(reopened)
+		}
+		return false, nil, nil
+	})
+	p := newPlugin(t, client, csi.Options{})
+	w := watchAttachments(ctx, t, client) // the test's own watch is the first
+
+	done := make(chan error, 1)
+	go func() { done <- p.Attach(ctx, csiVolume(driver, handle), node) }()
+	va := nextEvent(ctx, t, w, watch.Added)
+	select {
+	case <-reopened:
+	case <-ctx.Done():
+		t.Fatal("closed watch not opened again")
+	}
+	setStatus(ctx, t, client, va.Name, func(s *storagev1.VolumeAttachmentStatus) { s.Attached = true })
+	if err := <-done; err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if n := watches.Load(); n < 3 {
+		t.Errorf("%d watches, want the closed one opened again", n)
+	}
 }
