@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -42,9 +43,20 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 	}
 
 	node := uniqueName(t)
-	a := startNodelet(t, node, "--kubeconfig", path)
+	a := startNodelet(t, node, "--kubeconfig", path, "--root-dir", t.TempDir())
+	deleteNodeEvents(t, node)
 	ns := newNamespace(t)
 	waitReady(t, node, 20*time.Second)
+
+	// A remote config in nodelet-system, where the manifest lets the agent
+	// watch ConfigMaps.
+	putConfig(t, "nodelet-system", node, configHeader+"nodeLabels:\n  e2e.nodelet.io/rbac: remote\n")
+	assignConfig(t, node, "nodelet-system", node)
+	waitConfigOK(t, node, 30*time.Second, corev1.ConditionTrue, "passing all checks", "using current: ConfigMap nodelet-system/"+node)
+	eventually(t, 30*time.Second, "the remote config's label on the Node", func() (bool, string) {
+		out, err := kubectlErr("get", "node", node, "-o", `jsonpath={.metadata.labels.e2e\.nodelet\.io/rbac}`)
+		return err == nil && out == "remote", out
+	})
 	apply(t, ns, deployment("rbac", node, 2))
 	kubectl(t, "rollout", "status", "-n", ns, "deployment/rbac", "--timeout=60s")
 	kubectl(t, "scale", "-n", ns, "deployment/rbac", "--replicas=0")
