@@ -70,3 +70,48 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCompose applies arbitrary bytes as a remote config over a local
+// config file. Nothing may panic; an error is a parse or a validation
+// error; a config that composes keeps the local config's identity.
+func FuzzCompose(f *testing.F) {
+	file, err := Decode([]byte(header+"nodeName: a\nrootDir: /var/lib/n\nnodeLabels:\n  x: \"1\"\nsim:\n  startDelay: 1s\n"), "file")
+	if err != nil {
+		f.Fatal(err)
+	}
+	localCfg, err := Decode([]byte(header+"nodeName: a\nrootDir: /var/lib/n\nnodeLabels:\n  x: \"1\"\nsim:\n  startDelay: 1s\n"), "file")
+	if err != nil {
+		f.Fatal(err)
+	}
+	SetDefaults(localCfg)
+	local := Local{Config: localCfg, File: file}
+	for _, seed := range []string{
+		header + "nodeStatusReportFrequency: 1m\n",
+		header + "nodeLabels:\n  z: w\n",
+		header + "nodeLabels: null\nsim: null\n",
+		header + "sim:\n  startDelay: null\n  deleteDelay: 2s\n",
+		header + "nodeName: b\nrootDir: /x\n",
+		header + "nodeName: a\n",
+		header + "pingInterval: -1s\n",
+		header + "registerWithTaints: [{key: a, effect: NoSchedule}]\n",
+		"[1, 2]",
+		"null",
+		header + "sim: 5\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := local.Compose(data, "fuzz")
+		if err != nil {
+			var pe errParse
+			var ve errValidate
+			if !errors.As(err, &pe) && !errors.As(err, &ve) {
+				t.Fatalf("Compose error %T %v is neither a parse nor a validation error", err, err)
+			}
+			return
+		}
+		if cfg.NodeName != "a" || cfg.RootDir != "/var/lib/n" || cfg.Provider != localCfg.Provider {
+			t.Fatalf("composed config changed the identity: nodeName %q rootDir %q provider %q", cfg.NodeName, cfg.RootDir, cfg.Provider)
+		}
+	})
+}
