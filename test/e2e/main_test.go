@@ -264,15 +264,19 @@ type agent struct {
 	err    error         // the exit status, once done is closed
 }
 
-// startNodelet runs bin/nodelet for node with the sim provider and extra
-// flags (later flags win). When the test ends the agent is stopped, its log
-// is printed if the test failed, and its Node and Lease are deleted.
+// startNodelet runs bin/nodelet for node with the sim provider, a root
+// directory of its own and extra flags (later flags win). When the test
+// ends the agent is stopped, its log is printed if the test failed, and its
+// Node and Lease are deleted.
 func startNodelet(t *testing.T, node string, extra ...string) *agent {
 	t.Helper()
-	a := &agent{t: t, node: node, args: append([]string{"--kubeconfig", kubeconfig, "--node-name", node, "--provider", "sim"}, extra...)}
-	// The log directory first: its removal, a cleanup too, must run after
-	// ours has printed the log.
-	a.logDir = t.TempDir()
+	// The log and root directories first: their removal, a cleanup too,
+	// must run after ours has stopped the agent and printed the log. The
+	// root directory of its own keeps the agent's config checkpoints out of
+	// /var/lib/nodelet and away from other agents.
+	logDir, rootDir := t.TempDir(), t.TempDir()
+	a := &agent{t: t, node: node, logDir: logDir,
+		args: append([]string{"--kubeconfig", kubeconfig, "--node-name", node, "--provider", "sim", "--root-dir", rootDir}, extra...)}
 	t.Cleanup(func() {
 		a.stop()
 		if t.Failed() && a.log != "" {
