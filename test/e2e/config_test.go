@@ -121,24 +121,8 @@ func TestConfigRemoteAppliedWithoutRestartingPods(t *testing.T) {
 	deleteNodeEvents(t, node)
 	ns := newNamespace(t)
 	t.Cleanup(func() { deletePods(t, ns) })
-	apply(t, ns, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: survivor
-spec:
-  nodeName: %s
-  containers:
-  - name: main
-    image: nodelet.io/none
-    command: ["sleep", "3600"]
-`, node))
-	waitPodPhase(t, ns, "survivor", "Running", 60*time.Second)
-	pidOf := func() string {
-		return strings.TrimSpace(kubectl(t, "exec", "-n", ns, "survivor", "--", "sh", "-c",
-			`for p in /proc/[0-9]*; do [ "$(head -c 5 $p/cmdline)" = sleep ] && echo ${p#/proc/}; done; true`))
-	}
+	pidOf, started := runSurvivor(t, ns, node)
 	pid := pidOf()
-	started := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].state.running.startedAt}")
 	waitConfigOK(t, node, 30*time.Second, corev1.ConditionTrue, "when the config source is nil", "using current: local")
 
 	content := configHeader + "nodeStatusReportFrequency: 1m\nnodeLabels:\n  e2e.nodelet.io/config: v1\n"

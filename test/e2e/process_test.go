@@ -511,12 +511,11 @@ spec:
 	}
 }
 
-func TestProcessAgentRestartKeepsContainers(t *testing.T) {
-	t.Parallel()
-	node := uniqueName(t)
-	a := startProcessNodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+// runSurvivor runs the pod "survivor" (sleep 3600) on node and returns a
+// function reading its process's PID in the pod's PID namespace (a
+// restarted process would get another) and its container's start time.
+func runSurvivor(t *testing.T, ns, node string) (pidOf func() string, startedAt string) {
+	t.Helper()
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -529,14 +528,22 @@ spec:
     command: ["sleep", "3600"]
 `, node))
 	waitPodPhase(t, ns, "survivor", "Running", 60*time.Second)
-	// The container's PID in the pod's PID namespace: a restarted process
-	// would get another.
-	pidOf := func() string {
+	pidOf = func() string {
 		return strings.TrimSpace(kubectl(t, "exec", "-n", ns, "survivor", "--", "sh", "-c",
 			`for p in /proc/[0-9]*; do [ "$(head -c 5 $p/cmdline)" = sleep ] && echo ${p#/proc/}; done; true`))
 	}
+	startedAt = kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].state.running.startedAt}")
+	return pidOf, startedAt
+}
+
+func TestProcessAgentRestartKeepsContainers(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	a := startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	pidOf, started := runSurvivor(t, ns, node)
 	before := pidOf()
-	started := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].state.running.startedAt}")
 
 	a.kill()
 	a.start()
