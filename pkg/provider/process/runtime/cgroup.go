@@ -231,17 +231,23 @@ func cgroupPIDs(dirs []string) []int {
 // killCgroups SIGKILLs every process in the cgroups until they are empty or
 // the deadline passes.
 func killCgroups(dirs []string, deadline time.Time) {
-	for {
-		pids := cgroupPIDs(dirs)
-		if len(pids) == 0 {
-			return
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if time.Now().After(deadline) {
-			return
-		}
+	killUntilEmpty(deadline, func() int { return killCgroupProcesses(dirs) })
+}
+
+// killCgroupProcesses SIGKILLs every process in the cgroups once and says
+// how many there were.
+func killCgroupProcesses(dirs []string) int {
+	pids := cgroupPIDs(dirs)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
+}
+
+// killUntilEmpty repeats a round of kills (which says how many processes it
+// found) until a round finds none or the deadline passes.
+func killUntilEmpty(deadline time.Time, round func() int) {
+	for round() > 0 && !time.Now().After(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }

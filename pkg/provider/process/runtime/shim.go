@@ -415,26 +415,16 @@ func (s *shim) finish(ws syscall.WaitStatus) {
 // kill SIGKILLs the main process's group and everything in the cgroups.
 func (s *shim) kill() {
 	_ = syscall.Kill(-s.mainPID, syscall.SIGKILL)
-	go func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			// Under the lock, and never once the attempt is finished: the
-			// next attempt reuses the cgroups and must not be killed.
-			s.mu.Lock()
-			var pids []int
-			if !s.cgroupsReleased {
-				pids = cgroupPIDs(s.cfg.Cgroups)
-				for _, pid := range pids {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-			s.mu.Unlock()
-			if len(pids) == 0 || time.Now().After(deadline) {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+	// Each round under the lock, and none once the attempt is finished:
+	// the next attempt reuses the cgroups and must not be killed.
+	go killUntilEmpty(time.Now().Add(10*time.Second), func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.cgroupsReleased {
+			return 0
 		}
-	}()
+		return killCgroupProcesses(s.cfg.Cgroups)
+	})
 }
 
 // stop asks the main process to terminate, and kills it after grace. A
