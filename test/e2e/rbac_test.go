@@ -26,21 +26,7 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 		}
 	})
 
-	token := strings.TrimSpace(kubectl(t, "create", "token", "nodelet", "-n", "nodelet-system", "--duration=1h"))
-	admin, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := admin.Contexts[admin.CurrentContext]
-	sa := clientcmdapi.NewConfig()
-	sa.Clusters["c"] = admin.Clusters[ctx.Cluster]
-	sa.AuthInfos["nodelet"] = &clientcmdapi.AuthInfo{Token: token}
-	sa.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "nodelet"}
-	sa.CurrentContext = "c"
-	path := filepath.Join(t.TempDir(), "nodelet.kubeconfig")
-	if err := clientcmd.WriteToFile(*sa, path); err != nil {
-		t.Fatal(err)
-	}
+	path := tokenKubeconfig(t, "nodelet-system", "nodelet")
 
 	node := uniqueName(t)
 	a := startNodelet(t, node, "--kubeconfig", path, "--root-dir", t.TempDir())
@@ -73,4 +59,26 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 	if log := a.logText(); strings.Contains(log, "forbidden") {
 		t.Errorf("nodelet was refused something with the RBAC of deploy/rbac.yaml:\n%s", lastLines(log, 30))
 	}
+}
+
+// tokenKubeconfig writes a kubeconfig that reaches the control
+// plane with a token of the service account ns/name, and returns its path.
+func tokenKubeconfig(t *testing.T, ns, name string) string {
+	t.Helper()
+	token := strings.TrimSpace(kubectl(t, "create", "token", name, "-n", ns, "--duration=1h"))
+	admin, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := admin.Contexts[admin.CurrentContext]
+	sa := clientcmdapi.NewConfig()
+	sa.Clusters["c"] = admin.Clusters[cur.Cluster]
+	sa.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	sa.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: name}
+	sa.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*sa, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

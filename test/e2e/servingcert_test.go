@@ -20,8 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 )
 
@@ -249,20 +247,5 @@ func serviceAccountKubeconfig(t *testing.T, ns string) string {
 	}
 	t.Cleanup(func() { _ = rbac.RoleBindings(leaseNS).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 
-	token := strings.TrimSpace(kubectl(t, "create", "token", "nodelet", "-n", ns, "--duration=1h"))
-	admin, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := admin.Contexts[admin.CurrentContext]
-	sa := clientcmdapi.NewConfig()
-	sa.Clusters["c"] = admin.Clusters[cur.Cluster]
-	sa.AuthInfos["nodelet"] = &clientcmdapi.AuthInfo{Token: token}
-	sa.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "nodelet"}
-	sa.CurrentContext = "c"
-	path := filepath.Join(t.TempDir(), "nodelet.kubeconfig")
-	if err := clientcmd.WriteToFile(*sa, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return tokenKubeconfig(t, ns, "nodelet")
 }
