@@ -48,23 +48,26 @@ type PopulatorOptions struct {
 }
 
 func (o *PopulatorOptions) validate() error {
-	var errs []error
-	if o.RemovePeriod < 0 {
-		errs = append(errs, fmt.Errorf("removePeriod %v: must not be negative", o.RemovePeriod))
-	}
-	if o.AddPeriod < 0 {
-		errs = append(errs, fmt.Errorf("addPeriod %v: must not be negative", o.AddPeriod))
-	}
-	if o.RemovePeriod == 0 {
-		o.RemovePeriod = DefaultRemovePeriod
-	}
-	if o.AddPeriod == 0 {
-		o.AddPeriod = DefaultAddPeriod
+	errs := []error{
+		defaultDuration(&o.RemovePeriod, "removePeriod", DefaultRemovePeriod),
+		defaultDuration(&o.AddPeriod, "addPeriod", DefaultAddPeriod),
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	return errors.Join(errs...)
+}
+
+// defaultDuration checks that a duration option is not negative and sets
+// it to def when it is zero.
+func defaultDuration(d *time.Duration, name string, def time.Duration) error {
+	if *d < 0 {
+		return fmt.Errorf("%s %v: must not be negative", name, *d)
+	}
+	if *d == 0 {
+		*d = def
+	}
+	return nil
 }
 
 // Populator keeps the desired state of world in step with the pods, claims,

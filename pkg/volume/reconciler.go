@@ -55,24 +55,10 @@ type ReconcilerOptions struct {
 }
 
 func (o *ReconcilerOptions) validate() error {
-	var errs []error
-	if o.LoopPeriod < 0 {
-		errs = append(errs, fmt.Errorf("loopPeriod %v: must not be negative", o.LoopPeriod))
-	}
-	if o.MaxWaitForUnmount < 0 {
-		errs = append(errs, fmt.Errorf("maxWaitForUnmount %v: must not be negative", o.MaxWaitForUnmount))
-	}
-	if o.SyncPeriod < 0 {
-		errs = append(errs, fmt.Errorf("syncPeriod %v: must not be negative", o.SyncPeriod))
-	}
-	if o.LoopPeriod == 0 {
-		o.LoopPeriod = DefaultLoopPeriod
-	}
-	if o.MaxWaitForUnmount == 0 {
-		o.MaxWaitForUnmount = DefaultMaxWaitForUnmount
-	}
-	if o.SyncPeriod == 0 {
-		o.SyncPeriod = DefaultSyncPeriod
+	errs := []error{
+		defaultDuration(&o.LoopPeriod, "loopPeriod", DefaultLoopPeriod),
+		defaultDuration(&o.MaxWaitForUnmount, "maxWaitForUnmount", DefaultMaxWaitForUnmount),
+		defaultDuration(&o.SyncPeriod, "syncPeriod", DefaultSyncPeriod),
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
