@@ -35,12 +35,21 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 	if equality.Semantic.DeepEqual(&pod.Status, want) {
 		return nil
 	}
+	// The fingerprint leaves out the times of new transitions, which
+	// differ on every call: a stale cache must not repeat a write only
+	// because a second has passed.
 	h := fnv.New64a()
 	h.Write(data)
 	sum := h.Sum64()
 	if rec.written == sum {
 		// Written already; the cache has not caught up yet.
 		return nil
+	}
+	now := metav1.NewTime(c.opts.Clock.Now()).Rfc3339Copy()
+	for i := range want.Conditions {
+		if want.Conditions[i].LastTransitionTime.IsZero() {
+			want.Conditions[i].LastTransitionTime = now
+		}
 	}
 	patch, err := statusPatch(pod, want)
 	if err != nil {
@@ -63,6 +72,8 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 // mergeStatus returns the status to write: the provider's, with the
 // conditions and fields it does not own taken from the API, condition times
 // kept where nothing changed, and Ready kept consistent with the containers.
+// A condition that changed is left without a transition time, for the
+// caller to stamp.
 func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus {
 	want := reported.DeepCopy()
 	cur := &pod.Status
@@ -101,9 +112,8 @@ func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus 
 			if conds[i].Reason == old.Reason && conds[i].Message == old.Message {
 				conds[i].LastProbeTime = old.LastProbeTime
 			}
-		}
-		if conds[i].LastTransitionTime.IsZero() {
-			conds[i].LastTransitionTime = metav1.Now()
+		} else {
+			conds[i].LastTransitionTime = metav1.Time{}
 		}
 	}
 	want.Conditions = conds

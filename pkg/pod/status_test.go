@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func condition(pod *corev1.PodStatus, t corev1.PodConditionType) *corev1.PodCondition {
@@ -117,15 +118,18 @@ func TestAsStoredDropsSubSecondTimes(t *testing.T) {
 func TestStaleCacheDoesNotRepeatAWrite(t *testing.T) {
 	stale := testPod("a", "n")
 	client := fake.NewClientset(stale.DeepCopy())
-	c := &Controller{client: client}
+	clk := testingclock.NewFakeClock(time.Now())
+	c := &Controller{client: client, opts: Options{Clock: clk}}
 	rec := &podRecord{node: "n", uid: stale.UID}
 	reported := stale.DeepCopy()
 	runningStatus(reported)
 	for range 2 {
-		// The cache still holds the pod as it was before the first write.
+		// The cache still holds the pod as it was before the first write,
+		// and the new conditions' transition times would be a second later.
 		if err := c.updateStatus(context.Background(), rec, stale.DeepCopy(), &reported.Status); err != nil {
 			t.Fatal(err)
 		}
+		clk.Step(time.Second)
 	}
 	patches := 0
 	for _, a := range client.Actions() {
