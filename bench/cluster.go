@@ -379,6 +379,23 @@ func (c *cluster) podWrites(ctx context.Context) (count, seconds float64, err er
 	return count, seconds, err
 }
 
+// requestsByKind is the apiserver's count of requests so far by verb,
+// resource and subresource ("PATCH pods/status").
+func (c *cluster) requestsByKind(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := c.scanMetrics(ctx, func(name, line string, v float64) {
+		if name != "apiserver_request_total" {
+			return
+		}
+		kind := labelValue(line, "verb") + " " + labelValue(line, "resource")
+		if sub := labelValue(line, "subresource"); sub != "" {
+			kind += "/" + sub
+		}
+		out[kind] += v
+	})
+	return out, err
+}
+
 func isWrite(verb string) bool {
 	return verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE"
 }

@@ -30,6 +30,9 @@ type options struct {
 	kwokStages  string
 	keep        bool // keep the control plane's directory and the agents' logs
 	agentV      int  // the agents' log verbosity
+	// deployProvider is the provider of the --process-pods node: "sim"
+	// gives the control plane's own share of the start latency.
+	deployProvider string
 }
 
 // result is what one agent scored.
@@ -72,6 +75,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the control plane's and agents' logs")
 	flag.IntVar(&o.agentV, "agent-v", 0, "the nodelet agents' log verbosity (-v)")
 	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
+	flag.StringVar(&o.deployProvider, "process-provider", "process", "with --process-pods: the node's provider (sim measures the control plane alone)")
 	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
 	flag.Parse()
 	if *processPods > 0 {
@@ -268,16 +272,27 @@ func (p *process) stop() {
 }
 
 func procCPU(pid int) float64 {
+	_, self, _ := procStat(pid)
+	return self
+}
+
+// procStat reads a process's command name, its own CPU seconds, and the CPU
+// seconds of its children it has waited for.
+func procStat(pid int) (comm string, self, children float64) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return math.NaN()
+		return "", math.NaN(), math.NaN()
 	}
 	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	var utime, stime float64
+	end := strings.LastIndexByte(string(data), ')')
+	comm = string(data[strings.IndexByte(string(data), '(')+1 : end])
+	f := strings.Fields(string(data[end+2:]))
+	var utime, stime, cutime, cstime float64
 	fmt.Sscan(f[11], &utime)
 	fmt.Sscan(f[12], &stime)
-	return (utime + stime) / 100 // USER_HZ
+	fmt.Sscan(f[13], &cutime)
+	fmt.Sscan(f[14], &cstime)
+	return comm, (utime + stime) / 100, (cutime + cstime) / 100 // USER_HZ
 }
 
 func procPeakRSS(pid int) float64 { return procStatusKB(pid, "VmHWM:") / 1024 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,12 +41,18 @@ type processResult struct {
 	AgentPeakRSSMiB        float64 `json:"agentPeakRSSMiB"`
 	LastDeleteToGone       float64 `json:"lastDeleteToAllGoneSeconds"`
 	SupervisorsRSSMiB      float64 `json:"sandboxesAndShimsRSSMiB"`
+	// StartCPUByCommand is the CPU seconds each command used until all
+	// pods were Running.
+	StartCPUByCommand map[string]float64 `json:"startCPUSecondsByCommand"`
+	// StartRequestsPerPod is the apiserver's requests by kind, per pod,
+	// until all pods were Running.
+	StartRequestsPerPod map[string]float64 `json:"startRequestsPerPod"`
 }
 
 // measureProcess runs one process-provider node and a Deployment of m
 // replicas on it.
 func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (processResult, error) {
-	r := processResult{Agent: "nodelet-process", Pods: m}
+	r := processResult{Agent: "nodelet-" + o.deployProvider, Pods: m}
 	cp, err := startControlPlane(ctx, o.bin, o.keep)
 	if err != nil {
 		return r, err
@@ -71,7 +78,7 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 
 	rootDir := filepath.Join(cp.dir, "nodelet")
 	args := []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench-process",
-		"--provider", "process", "--root-dir", rootDir, "--port", "10251",
+		"--provider", o.deployProvider, "--root-dir", rootDir, "--port", "10251",
 		"--client-ca-file", filepath.Join(cp.dir, "pki", "ca.crt"), fmt.Sprintf("-v=%d", o.agentV)}
 	proc, err := startAgent(cp.dir, "nodelet-process", args)
 	if err != nil {
@@ -98,7 +105,11 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 			},
 		},
 	}
-	machine0, agent0 := machineCPU(), procCPU(proc.cmd.Process.Pid)
+	machine0, agent0, byCommand0 := machineCPU(), procCPU(proc.cmd.Process.Pid), cpuByProcess()
+	requests0, err := cl.requestsByKind(ctx)
+	if err != nil {
+		return r, err
+	}
 	logf("process: creating a Deployment of %d replicas", m)
 	if _, err := cl.client.AppsV1().Deployments(benchNamespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
 		return r, fmt.Errorf("create deployment: %w", err)
@@ -118,6 +129,17 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 	}
 	r.StartMachineCPUSeconds = machineCPU() - machine0
 	r.StartAgentCPUSeconds = procCPU(proc.cmd.Process.Pid) - agent0
+	r.StartCPUByCommand = cpuByCommand(byCommand0, cpuByProcess())
+	requests, err := cl.requestsByKind(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.StartRequestsPerPod = map[string]float64{}
+	for kind, n := range requests {
+		if per := (n - requests0[kind]) / float64(m); per >= 0.1 {
+			r.StartRequestsPerPod[kind] = math.Round(per*10) / 10
+		}
+	}
 	cl.mu.Lock()
 	var lat, toBound, boundToRunning []time.Duration
 	for name, t := range cl.running {
@@ -134,8 +156,9 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 	r.BoundToRunningP50, r.BoundToRunningP99 = percentile(s, 0.5), percentile(s, 0.99)
 	logf("process: %d pods Running: p50 %.3fs p99 %.3fs (created→bound p50 %.3fs p99 %.3fs; bound→Running p50 %.3fs p99 %.3fs)",
 		m, r.PodRunningP50, r.PodRunningP99, r.PodBoundP50, r.PodBoundP99, r.BoundToRunningP50, r.BoundToRunningP99)
-	logf("process: CPU until all Running: machine %.2fs (%.0f ms a pod), agent %.2fs", r.StartMachineCPUSeconds,
-		1000*r.StartMachineCPUSeconds/float64(m), r.StartAgentCPUSeconds)
+	logf("process: CPU until all Running: machine %.2fs (%.0f ms a pod), agent %.2fs; by command: %v", r.StartMachineCPUSeconds,
+		1000*r.StartMachineCPUSeconds/float64(m), r.StartAgentCPUSeconds, r.StartCPUByCommand)
+	logf("process: API requests a pod until all Running: %v", r.StartRequestsPerPod)
 
 	cpu0 := procCPU(proc.cmd.Process.Pid)
 	time.Sleep(idle)
@@ -158,6 +181,51 @@ func measureProcess(ctx context.Context, o options, m int, idle time.Duration) (
 	}
 	r.LastDeleteToGone = time.Since(start).Seconds()
 	return r, nil
+}
+
+// processCPU is what one process has used: its own CPU and its waited-for
+// children's, in seconds.
+type processCPU struct {
+	comm string
+	cpu  float64
+}
+
+// cpuByProcess reads every process's CPU use.
+func cpuByProcess() map[int]processCPU {
+	out := map[int]processCPU{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, self, children := procStat(pid)
+		if comm != "" {
+			out[pid] = processCPU{comm, self + children}
+		}
+	}
+	return out
+}
+
+// cpuByCommand sums, by command name, the CPU seconds processes used between
+// two readings (processes that came and went unwaited-for are missed).
+func cpuByCommand(before, after map[int]processCPU) map[string]float64 {
+	out := map[string]float64{}
+	for pid, a := range after {
+		used := a.cpu
+		if b, ok := before[pid]; ok && b.comm == a.comm {
+			used -= b.cpu
+		}
+		out[a.comm] += used
+	}
+	for comm, used := range out {
+		if used < 0.01 {
+			delete(out, comm)
+		} else {
+			out[comm] = math.Round(used*100) / 100
+		}
+	}
+	return out
 }
 
 // machineCPU is the CPU seconds every core of the machine has been busy.
