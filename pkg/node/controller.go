@@ -165,6 +165,11 @@ type nodeState struct {
 	template *corev1.Node // never modified
 	provider provider.NodeProvider
 
+	// writeMu serializes the status writes of the node: a write computes
+	// the desired status and patches it holding it, so that no write from
+	// an older desired status lands after a newer one.
+	writeMu sync.Mutex
+
 	mu          sync.Mutex
 	uid         types.UID             // of the registered Node; empty until registered
 	lease       *coordinationv1.Lease // as last written; nil to GET it first
@@ -173,6 +178,9 @@ type nodeState struct {
 	appliedAt   time.Time             // when applied was written
 	forceReport bool                  // write the status at the next check even if unchanged
 	reported    bool                  // the first status write succeeded
+	// volumesAttached is status.volumesAttached as the attach/detach
+	// controller last set it (SetVolumesAttached).
+	volumesAttached []corev1.AttachedVolume
 }
 
 // Controller registers nodes and keeps their Lease and status current.

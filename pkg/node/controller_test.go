@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -447,5 +448,80 @@ func TestSetConditionsReplacesByType(t *testing.T) {
 	setConditions(&status, []corev1.NodeCondition{{Type: "ConfigOK", Status: corev1.ConditionFalse}, {Type: "Other", Status: corev1.ConditionTrue}})
 	if len(status.Conditions) != 3 || status.Conditions[1].Status != corev1.ConditionFalse || status.Conditions[2].Type != "Other" {
 		t.Errorf("conditions = %+v", status.Conditions)
+	}
+}
+
+func TestSetVolumesAttached(t *testing.T) {
+	client := newFakeClient(true)
+	p := &notifyingProvider{}
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: p}}, Options{PingInterval: time.Hour, StatusReportInterval: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	disk := []corev1.AttachedVolume{{Name: "kubernetes.io/csi/d^1", DevicePath: ""}}
+	// Before the node is registered the list waits for the registration.
+	if err := c.SetVolumesAttached(ctx, "n", disk); err != nil {
+		t.Fatalf("before registration: %v", err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	if got := getNode(t, client, "n").Status.VolumesAttached; len(got) != 1 || got[0].Name != disk[0].Name {
+		t.Fatalf("volumesAttached after registration = %v, want %v", got, disk)
+	}
+
+	two := append(slices.Clone(disk), corev1.AttachedVolume{Name: "kubernetes.io/csi/d^2"})
+	if err := c.SetVolumesAttached(ctx, "n", two); err != nil {
+		t.Fatal(err)
+	}
+	// Written when the call returns, not later.
+	if got := getNode(t, client, "n").Status.VolumesAttached; len(got) != 2 {
+		t.Fatalf("volumesAttached = %v, want %v", got, two)
+	}
+	// A status report for another reason keeps them.
+	p.set("50", nil)
+	(*p.notify.Load())()
+	poll(t, "capacity reported", func() bool {
+		q := getNode(t, client, "n").Status.Capacity[corev1.ResourcePods]
+		return q.String() == "50"
+	})
+	if got := getNode(t, client, "n").Status.VolumesAttached; len(got) != 2 {
+		t.Fatalf("volumesAttached after another report = %v, want %v", got, two)
+	}
+
+	if err := c.SetVolumesAttached(ctx, "n", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := getNode(t, client, "n").Status.VolumesAttached; len(got) != 0 {
+		t.Fatalf("volumesAttached = %v, want none", got)
+	}
+	if err := c.SetVolumesAttached(ctx, "other", disk); !apierrors.IsNotFound(err) {
+		t.Errorf("a node not managed: err = %v, want NotFound", err)
+	}
+}
+
+// TestStatusWritesDoNotUndoEachOther runs volume writes against status
+// reports: a report computed before a volume write must not land after it.
+func TestStatusWritesDoNotUndoEachOther(t *testing.T) {
+	client := newFakeClient(true)
+	p := &notifyingProvider{}
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: p}}, Options{PingInterval: time.Hour, StatusReportInterval: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	var want []corev1.AttachedVolume
+	for i := range 30 {
+		p.set(fmt.Sprint(100+i), nil)
+		(*p.notify.Load())()
+		want = append(want, corev1.AttachedVolume{Name: corev1.UniqueVolumeName(fmt.Sprintf("kubernetes.io/csi/d^%d", i))})
+		if err := c.SetVolumesAttached(context.Background(), "n", want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, "status reports done", func() bool { return c.queue.Len() == 0 })
+	if got := getNode(t, client, "n").Status.VolumesAttached; len(got) != len(want) {
+		t.Fatalf("volumesAttached has %d volumes, want %d", len(got), len(want))
 	}
 }

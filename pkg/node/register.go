@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,14 +15,16 @@ import (
 )
 
 // desiredNode is the node as nodelet wants it: the template, described by
-// the provider, with nodelet's say on the Ready condition and the
-// conditions of Options.Conditions. Condition times are left for the
+// the provider, with nodelet's say on the Ready condition, the volumes the
+// attach/detach controller reports attached, and the conditions of
+// Options.Conditions. Condition times are left for the
 // status report to set.
 func (c *Controller) desiredNode(ctx context.Context, n *nodeState) *corev1.Node {
 	node := n.template.DeepCopy()
 	n.provider.ConfigureNode(ctx, node)
 	n.mu.Lock()
 	pingErr := n.pingErr
+	node.Status.VolumesAttached = slices.Clone(n.volumesAttached)
 	n.mu.Unlock()
 	setReady(&node.Status, pingErr)
 	if c.opts.Conditions != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,8 @@ var errNodeGone = errors.New("node was deleted or replaced; registering it again
 // It runs again within a ping interval, so that a change a provider does
 // not notify is still reported promptly.
 func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duration, error) {
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
 	desired := c.desiredNode(ctx, n)
 
 	n.mu.Lock()
@@ -67,22 +70,58 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 		}
 	}
 
+	if err := c.report(ctx, n, uid, desired); err != nil {
+		return 0, err
+	}
+	return check, nil
+}
+
+// report writes desired as the status of n, registered with uid, and
+// records it as applied. The caller holds n.writeMu.
+func (c *Controller) report(ctx context.Context, n *nodeState, uid types.UID, desired *corev1.Node) error {
 	written, err := c.writeStatus(ctx, n.name, uid, &desired.Status)
 	if errors.Is(err, errNodeGone) {
 		n.mu.Lock()
 		n.uid, n.lease, n.applied = "", nil, nil
 		n.mu.Unlock()
-		return 0, err
+		return err
 	}
 	if err != nil {
-		return 0, fmt.Errorf("report node status: %w", err)
+		return fmt.Errorf("report node status: %w", err)
 	}
 	n.mu.Lock()
 	n.applied, n.appliedAt, n.forceReport = written, c.opts.Clock.Now(), false
 	n.mu.Unlock()
 	klog.FromContext(ctx).V(4).Info("Reported node status")
 	c.markReported(ctx, n)
-	return check, nil
+	return nil
+}
+
+// SetVolumesAttached makes the node's status.volumesAttached list exactly
+// volumes, and returns once the Node in the API says so. It is how the
+// attach/detach controller reports (volume.AttachedVolumesWriter). A node
+// not registered yet gets the list with its registration; a node this
+// controller does not manage, or whose Node was deleted, gives NotFound.
+func (c *Controller) SetVolumesAttached(ctx context.Context, node types.NodeName, volumes []corev1.AttachedVolume) error {
+	n, ok := c.nodes[string(node)]
+	if !ok {
+		return apierrors.NewNotFound(corev1.Resource("nodes"), string(node))
+	}
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
+	n.mu.Lock()
+	n.volumesAttached = slices.Clone(volumes)
+	uid := n.uid
+	n.mu.Unlock()
+	if uid == "" {
+		return nil // registered with them
+	}
+	err := c.report(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", klog.KRef("", n.name))), n, uid, c.desiredNode(ctx, n))
+	if errors.Is(err, errNodeGone) {
+		c.queue.Add(taskKey{node: n.name, task: taskStatus})
+		return apierrors.NewNotFound(corev1.Resource("nodes"), string(node))
+	}
+	return err
 }
 
 // reportInterval is how often an unchanged status is written.
