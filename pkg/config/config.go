@@ -120,8 +120,53 @@ type Config struct {
 	// has passed, the assigned config becomes the last-known-good.
 	ConfigTrialDuration metav1.Duration `json:"configTrialDuration,omitempty"`
 
+	// AttachDetach configures the attach/detach of the volumes that pods on
+	// nodelet's nodes use.
+	AttachDetach AttachDetachConfig `json:"attachDetach,omitempty"`
+
 	// Sim configures the sim provider.
 	Sim SimConfig `json:"sim,omitempty"`
+}
+
+// The attachers of AttachDetachConfig.Attacher.
+const (
+	// AttacherCSI attaches through VolumeAttachments, which a CSI
+	// driver's external-attacher carries out.
+	AttacherCSI = "csi"
+	// AttacherSim attaches in memory, for simulated nodes.
+	AttacherSim = "sim"
+)
+
+// AttachDetachConfig configures attach/detach. nodelet attaches and
+// detaches the volumes of its own nodes, which it registers with the
+// annotation volumes.kubernetes.io/controller-managed-attach-detach
+// "false" so that the cluster's attach/detach controller leaves them alone.
+type AttachDetachConfig struct {
+	// Enabled runs attach/detach for the agent's nodes (default true).
+	// When false the nodes are left to the cluster's controller.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Attacher is "csi" (default) or "sim".
+	Attacher string `json:"attacher,omitempty"`
+	// ReconcilerLoopPeriod is the time between two reconcile passes
+	// (default 100ms).
+	ReconcilerLoopPeriod metav1.Duration `json:"reconcilerLoopPeriod,omitempty"`
+	// ReconcilerSyncPeriod is how often attached volumes are checked to be
+	// still attached (default 1m); below one second the check is off.
+	ReconcilerSyncPeriod metav1.Duration `json:"reconcilerSyncPeriod,omitempty"`
+	// MaxWaitForUnmount is how long a volume still mounted on an unhealthy
+	// node is kept attached before it is detached anyway (default 6m).
+	MaxWaitForUnmount metav1.Duration `json:"maxWaitForUnmount,omitempty"`
+	// SimLatency is how long each attach and detach of the sim attacher
+	// takes (default none).
+	SimLatency metav1.Duration `json:"simLatency,omitempty"`
+	// SimFailureRate is the probability, in [0, 1], that an attach or
+	// detach of the sim attacher fails (default 0).
+	SimFailureRate float64 `json:"simFailureRate,omitempty"`
+}
+
+// AttachDetachEnabled tells whether nodelet runs attach/detach.
+func (c *Config) AttachDetachEnabled() bool {
+	return c.AttachDetach.Enabled == nil || *c.AttachDetach.Enabled
 }
 
 // ServerAuthentication says how the kubelet API server authenticates.
@@ -282,6 +327,16 @@ func SetDefaults(c *Config) {
 		yes := true
 		c.Authentication.Webhook.Enabled = &yes
 	}
+	if c.AttachDetach.Enabled == nil {
+		yes := true
+		c.AttachDetach.Enabled = &yes
+	}
+	if c.AttachDetach.Attacher == "" {
+		c.AttachDetach.Attacher = AttacherCSI
+	}
+	setDuration(&c.AttachDetach.ReconcilerLoopPeriod, 100*time.Millisecond)
+	setDuration(&c.AttachDetach.ReconcilerSyncPeriod, time.Minute)
+	setDuration(&c.AttachDetach.MaxWaitForUnmount, 6*time.Minute)
 	if c.Sim.PodCIDR == "" {
 		c.Sim.PodCIDR = "100.64.0.0/10"
 	}
@@ -438,7 +493,36 @@ func (c *Config) Validate() field.ErrorList {
 	for _, msg := range utilvalidation.IsValidIP(field.NewPath("address"), c.Address) {
 		errs = append(errs, msg)
 	}
+	errs = append(errs, c.AttachDetach.validate(field.NewPath("attachDetach"))...)
 	errs = append(errs, c.Sim.validate(field.NewPath("sim"))...)
+	return errs
+}
+
+func (a *AttachDetachConfig) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch a.Attacher {
+	case AttacherCSI, AttacherSim:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("attacher"), a.Attacher, []string{AttacherCSI, AttacherSim}))
+	}
+	for _, d := range []struct {
+		name   string
+		v      metav1.Duration
+		zeroOK bool
+	}{
+		{name: "reconcilerLoopPeriod", v: a.ReconcilerLoopPeriod},
+		{name: "reconcilerSyncPeriod", v: a.ReconcilerSyncPeriod},
+		{name: "maxWaitForUnmount", v: a.MaxWaitForUnmount},
+		{name: "simLatency", v: a.SimLatency, zeroOK: true},
+	} {
+		switch {
+		case d.v.Duration < 0:
+			errs = append(errs, field.Invalid(p.Child(d.name), d.v.Duration.String(), "must not be negative"))
+		case d.v.Duration == 0 && !d.zeroOK:
+			errs = append(errs, field.Invalid(p.Child(d.name), d.v.Duration.String(), "must be greater than 0"))
+		}
+	}
+	errs = append(errs, validateRatio(p.Child("simFailureRate"), a.SimFailureRate)...)
 	return errs
 }
 

@@ -251,3 +251,35 @@ func TestConfigTrialDuration(t *testing.T) {
 		t.Errorf("negative configTrialDuration: %v, want an error naming it", msg)
 	}
 }
+
+func TestAttachDetach(t *testing.T) {
+	c := Default()
+	a := c.AttachDetach
+	if !c.AttachDetachEnabled() || a.Attacher != AttacherCSI || a.ReconcilerLoopPeriod.Duration != 100*time.Millisecond ||
+		a.ReconcilerSyncPeriod.Duration != time.Minute || a.MaxWaitForUnmount.Duration != 6*time.Minute {
+		t.Errorf("attachDetach defaults = %+v", a)
+	}
+	c.NodeName = "n"
+	c.AttachDetach = AttachDetachConfig{
+		Enabled:              c.AttachDetach.Enabled,
+		Attacher:             "nfs",
+		ReconcilerLoopPeriod: metav1.Duration{Duration: -time.Second},
+		ReconcilerSyncPeriod: metav1.Duration{Duration: -time.Second},
+		MaxWaitForUnmount:    metav1.Duration{Duration: -time.Second},
+		SimLatency:           metav1.Duration{Duration: -time.Second},
+		SimFailureRate:       2,
+	}
+	msg := c.Validate().ToAggregate().Error()
+	for _, f := range []string{"attachDetach.attacher", "attachDetach.reconcilerLoopPeriod", "attachDetach.reconcilerSyncPeriod",
+		"attachDetach.maxWaitForUnmount", "attachDetach.simLatency", "attachDetach.simFailureRate"} {
+		if !strings.Contains(msg, f) {
+			t.Errorf("validation errors do not name %s: %s", f, msg)
+		}
+	}
+	off := false
+	c = &Config{AttachDetach: AttachDetachConfig{Enabled: &off}}
+	SetDefaults(c)
+	if c.AttachDetachEnabled() {
+		t.Error("attachDetach.enabled false was defaulted to true")
+	}
+}
