@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 )
@@ -67,6 +69,18 @@ func (c *Controller) DesiredState() *DesiredStateOfWorld { return c.dsw }
 // volumes to report as attached from it (VolumesReportedAttached), the
 // mount side whether a volume is attached (IsVolumeAttachedToNode).
 func (c *Controller) ActualState() *ActualStateOfWorld { return c.asw }
+
+// PodVolumes returns the names of the volumes of pod that must be attached
+// to its node before it runs; an error names the volumes that cannot be
+// resolved yet. Providers wait for these before they start a pod.
+func (c *Controller) PodVolumes(pod *corev1.Pod) ([]corev1.UniqueVolumeName, error) {
+	return c.populator.PodVolumes(pod)
+}
+
+// IsVolumeAttachedToNode tells whether the volume is attached to node.
+func (c *Controller) IsVolumeAttachedToNode(volume corev1.UniqueVolumeName, node types.NodeName) bool {
+	return c.asw.IsVolumeAttachedToNode(volume, node)
+}
 
 // Register adds the controller's metrics to reg.
 func (c *Controller) Register(reg prometheus.Registerer) error {

@@ -3,6 +3,7 @@ package volume_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,6 +84,17 @@ func TestControllerFromInformers(t *testing.T) {
 	})
 	if got := c.ActualState().VolumesReportedAttached("node1"); !slices.Equal(got, []corev1.AttachedVolume{{Name: name}}) {
 		t.Errorf("reported attached = %v", got)
+	}
+	// What a provider asks before it starts a pod.
+	if got, err := c.PodVolumes(user); err != nil || !slices.Equal(got, []corev1.UniqueVolumeName{name}) || !c.IsVolumeAttachedToNode(name, "node1") {
+		t.Errorf("PodVolumes = %v, %v; attached %v; want [%s], nil, true", got, err, c.IsVolumeAttachedToNode(name, "node1"), name)
+	}
+	unbound := user.DeepCopy()
+	unbound.Spec.Volumes = append(unbound.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "missing"},
+	}}, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	if got, err := c.PodVolumes(unbound); err == nil || !strings.Contains(err.Error(), `volume "scratch"`) || !slices.Equal(got, []corev1.UniqueVolumeName{name}) {
+		t.Errorf("PodVolumes with a missing claim = %v, %v; want [%s] and an error naming volume scratch", got, err, name)
 	}
 
 	if err := client.CoreV1().Pods("ns1").Delete(ctx, "user", metav1.DeleteOptions{}); err != nil {

@@ -413,6 +413,24 @@ func (p *Populator) processPod(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
+// PodVolumes returns the names of the volumes of pod that must be attached
+// before it runs, or the errors of the volumes it cannot resolve yet (a
+// claim not bound, a volume not found).
+func (p *Populator) PodVolumes(pod *corev1.Pod) ([]corev1.UniqueVolumeName, error) {
+	var names []corev1.UniqueVolumeName
+	var errs []error
+	for i := range pod.Spec.Volumes {
+		v, err := p.attachableVolume(pod, &pod.Spec.Volumes[i])
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("volume %q: %w", pod.Spec.Volumes[i].Name, err))
+		case v.Spec != nil:
+			names = append(names, v.Name)
+		}
+	}
+	return names, errors.Join(errs...)
+}
+
 // attachableVolume resolves a pod's volume to the volume to attach; a zero
 // Volume when no plugin attaches it.
 func (p *Populator) attachableVolume(pod *corev1.Pod, v *corev1.Volume) (Volume, error) {
