@@ -164,6 +164,10 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 		if st.pod.Status.Phase != corev1.PodPending {
 			return
 		}
+		if !p.volumesAttachedLocked(logger, st) {
+			st.step, st.stepAt = stepStart, at.Add(volumeRecheck)
+			return
+		}
 		p.startLocked(st, at)
 		logger.V(4).Info("Simulated pod is running", "pod", klog.KObj(st.pod))
 	case stepExit:
@@ -262,12 +266,14 @@ func (p *Provider) finishLocked(st *simPod) {
 	st.ip = 0
 	st.finished = true
 	p.finished++
+	p.volumesChanged = p.volumesChanged || len(st.volumes) > 0
 }
 
 // terminateLocked ends a deleted pod at `at`: it is removed, what it held
 // is released and its final status queued for notification.
 func (p *Provider) terminateLocked(st *simPod, at time.Time) {
 	delete(p.pods, key(st.pod.Namespace, st.pod.Name))
+	p.volumesChanged = p.volumesChanged || (len(st.volumes) > 0 && !st.finished)
 	if st.finished {
 		p.finished--
 	} else {

@@ -2,8 +2,12 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +18,21 @@ import (
 // label is already set.
 const NodeType = "nodelet-sim"
 
-// Ping reports the simulated node healthy: it always is.
-func (p *Provider) Ping(context.Context) error { return nil }
+// Ping reports the simulated node healthy, unless Options.PingErrorFile
+// exists: then it fails with the file's content.
+func (p *Provider) Ping(context.Context) error {
+	if p.opts.PingErrorFile == "" {
+		return nil
+	}
+	msg, err := os.ReadFile(p.opts.PingErrorFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("simulated ping error: %w", err)
+	}
+	return fmt.Errorf("simulated ping error: %s", strings.TrimSpace(string(msg)))
+}
 
 // ConfigureNode describes the simulated node: capacity and allocatable,
 // healthy conditions, addresses, nodeInfo and the kubelet endpoint. It adds
@@ -39,6 +56,7 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	}
 
 	s := &node.Status
+	s.VolumesInUse = p.volumesInUse()
 	s.Capacity = p.opts.Capacity.DeepCopy()
 	s.Allocatable = p.opts.Capacity.DeepCopy()
 	setNodeCondition(s, corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "nodelet is posting ready status")

@@ -16,13 +16,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -99,7 +102,28 @@ type Options struct {
 	Clock clock.WithDelayedExecution
 	// Version is the kubelet version in nodeInfo; default DefaultVersion.
 	Version string
+	// Volumes, when set, holds a pod Pending until the volumes it needs
+	// attached are attached to the node, and the node reports the volumes
+	// of its pods in status.volumesInUse, as a kubelet that mounted them.
+	Volumes Volumes
+	// PingErrorFile, when set, names a file whose presence fails the node's
+	// ping with the file's content as the error: a node made unhealthy on
+	// demand.
+	PingErrorFile string
 }
+
+// Volumes says which volumes a pod needs attached and whether they are:
+// the attach/detach controller.
+type Volumes interface {
+	// PodVolumes returns the names of the volumes of pod that must be
+	// attached before it runs, or an error while they cannot be resolved.
+	PodVolumes(pod *corev1.Pod) ([]corev1.UniqueVolumeName, error)
+	// IsVolumeAttachedToNode tells whether the volume is attached to node.
+	IsVolumeAttachedToNode(volume corev1.UniqueVolumeName, node types.NodeName) bool
+}
+
+// volumeRecheck is how often a pod waiting for its volumes checks them.
+const volumeRecheck = time.Second
 
 // NodeCondition is a condition a share of the simulated nodes shows for For
 // out of every Every. Which nodes is decided by a hash of the node name and
@@ -218,6 +242,9 @@ type Provider struct {
 	nodeNotify func()
 	nodeGen    uint64
 	flip       *armed
+	// volumesChanged is set when the volumes in use may have changed: the
+	// node status is reported once the lock is released.
+	volumesChanged bool
 
 	// rearming counts goroutines that arm the next timer after one fired
 	// (see async); tests wait for them.
@@ -245,6 +272,9 @@ type simPod struct {
 	// delete); a timer or a catch-up acts only if the generation it started
 	// with is still current.
 	gen uint64
+	// volumes are the attachable volumes the pod uses, once resolved.
+	volumes         []corev1.UniqueVolumeName
+	volumesResolved bool
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -308,7 +338,11 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	setPending(st.pod, now, p.opts.Address, ip.String())
 	p.pods[key(pod.Namespace, pod.Name)] = st
 	p.used.Add(st.req)
-	if delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter); delay > 0 {
+	delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter)
+	if !p.volumesAttachedLocked(klog.FromContext(ctx), st) {
+		delay = max(delay, volumeRecheck)
+	}
+	if delay > 0 {
 		st.step, st.stepAt = stepStart, now.Add(delay)
 	} else {
 		// Running in one notification, not Pending then Running.
@@ -383,6 +417,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	// Restored pods were admitted before: they count, but are never rejected.
 	p.pods[key(pod.Namespace, pod.Name)] = st
 	p.used.Add(st.req)
+	p.volumesAttachedLocked(klog.FromContext(ctx), st) // its volumes are in use again
 	if s.Phase == corev1.PodPending {
 		delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter)
 		st.step, st.stepAt = stepStart, latest(now, startedAt.Add(delay))
@@ -551,7 +586,58 @@ func (p *Provider) unlockAndNotify() {
 		p.mu.Lock()
 	}
 	p.draining = false
+	var notifyNode func()
+	if p.volumesChanged {
+		notifyNode, p.volumesChanged = p.nodeNotify, false
+	}
 	p.mu.Unlock()
+	if notifyNode != nil {
+		notifyNode()
+	}
+}
+
+// volumesAttachedLocked resolves the pod's attachable volumes if they are
+// not yet, and tells whether they are all attached to the node. The caller
+// holds the lock and then calls unlockAndNotify.
+func (p *Provider) volumesAttachedLocked(logger klog.Logger, st *simPod) bool {
+	if p.opts.Volumes == nil {
+		return true
+	}
+	if !st.volumesResolved {
+		names, err := p.opts.Volumes.PodVolumes(st.pod)
+		if err != nil {
+			logger.V(4).Info("Simulated pod waits for its volumes", "pod", klog.KObj(st.pod), "err", err)
+			return false
+		}
+		st.volumes, st.volumesResolved = names, true
+		p.volumesChanged = p.volumesChanged || len(names) > 0
+	}
+	for _, v := range st.volumes {
+		if !p.opts.Volumes.IsVolumeAttachedToNode(v, types.NodeName(p.opts.NodeName)) {
+			logger.V(4).Info("Simulated pod waits for its volume to attach", "pod", klog.KObj(st.pod), "volume", v)
+			return false
+		}
+	}
+	return true
+}
+
+// volumesInUse is the sorted set of the volumes of the pods that have not
+// finished, which a kubelet would have mounted or be mounting.
+func (p *Provider) volumesInUse() []corev1.UniqueVolumeName {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set := map[corev1.UniqueVolumeName]struct{}{}
+	for _, st := range p.pods {
+		if !st.finished {
+			for _, v := range st.volumes {
+				set[v] = struct{}{}
+			}
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 func (p *Provider) deliver(notify func(*corev1.Pod), batch []*corev1.Pod) {
