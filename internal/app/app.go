@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/sim"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // Version is the agent's version, reported as the node's kubelet version.
@@ -87,21 +90,46 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodelet", Host: cfg.NodeName})
 
+	names := make([]string, 0, len(managed))
+	for _, m := range managed {
+		names = append(names, m.name)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = podSelector(names).String()
+		}))
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			if len(names) == 1 {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
+			}
+		}))
+	clusterFactory := informers.NewSharedInformerFactory(client, 0)
+
+	// Attach/detach comes first: the providers wait for it.
+	var volumes *volume.Controller
+	volumeWriter := &laterWriter{}
+	if cfg.AttachDetachEnabled() {
+		volumes, err = newVolumeController(client, volumeInformers{pods: factory, nodes: nodeFactory, cluster: clusterFactory},
+			names, volumeWriter, recorder, cfg)
+		if err != nil {
+			return err
+		}
+	}
+
 	var nodes []node.Node
 	var loops map[string]func(context.Context) error
 	switch cfg.Provider {
 	case config.ProviderProcess:
 		nodes, loops, err = processNode(client, recorder, cfg)
 	default:
-		nodes, err = simNodes(managed, cfg)
+		nodes, err = simNodes(managed, cfg, volumes)
 	}
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(nodes))
 	podProviders := make(map[string]provider.PodLifecycleHandler, len(nodes))
 	for _, n := range nodes {
-		names = append(names, n.Template.Name)
 		pods, ok := n.Provider.(provider.PodLifecycleHandler)
 		if !ok {
 			return fmt.Errorf("provider of node %s runs no pods", n.Template.Name)
@@ -113,6 +141,9 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	}
 	registry, err := newRegistry(remote)
 	if err != nil {
+		return err
+	}
+	if err := registerVolumeMetrics(registry, volumes); err != nil {
 		return err
 	}
 	var srv *server.Server
@@ -137,17 +168,10 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	if err != nil {
 		return fmt.Errorf("node controller: %w", err)
 	}
-
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = podSelector(names).String()
-		}))
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			if len(names) == 1 {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
-			}
-		}))
+	volumeWriter.w = nodeCtrl
+	if volumes != nil {
+		loops["volume controller"] = volumes.Run
+	}
 	if err := nodeCtrl.WatchNodes(nodeFactory.Core().V1().Nodes()); err != nil {
 		return err
 	}
@@ -182,6 +206,8 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	defer factory.Shutdown()
 	nodeFactory.Start(ctx.Done())
 	defer nodeFactory.Shutdown()
+	clusterFactory.Start(ctx.Done())
+	defer clusterFactory.Shutdown()
 
 	loops["node controller"] = nodeCtrl.Run
 	loops["pod controller"] = podCtrl.Run
@@ -245,8 +271,9 @@ func podSelector(names []string) fields.Selector {
 	return fields.OneTermNotEqualSelector("spec.nodeName", "")
 }
 
-// simNodes builds a sim provider for each managed node.
-func simNodes(managed []managedNode, cfg *config.Config) ([]node.Node, error) {
+// simNodes builds a sim provider for each managed node; its pods wait for
+// the attach of their volumes by volumes, when not nil.
+func simNodes(managed []managedNode, cfg *config.Config, volumes *volume.Controller) ([]node.Node, error) {
 	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
 	for _, c := range cfg.Sim.NodeConditions {
 		conditions = append(conditions, sim.NodeCondition{
@@ -258,7 +285,7 @@ func simNodes(managed []managedNode, cfg *config.Config) ([]node.Node, error) {
 	for _, m := range managed {
 		seed := fnv.New64a()
 		seed.Write([]byte(m.name)) // each node draws its own jitter, the same on every run
-		p, err := sim.New(sim.Options{
+		opts := sim.Options{
 			NodeName:       m.name,
 			PodCIDR:        m.podCIDR,
 			Address:        cfg.Address,
@@ -275,7 +302,12 @@ func simNodes(managed []managedNode, cfg *config.Config) ([]node.Node, error) {
 			Seed:           seed.Sum64(),
 			Capacity:       cfg.Sim.Capacity,
 			Version:        Version,
-		})
+			PingErrorFile:  filepath.Join(cfg.RootDir, "sim", m.name, "ping-error"),
+		}
+		if volumes != nil {
+			opts.Volumes = volumes
+		}
+		p, err := sim.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("sim provider for node %s: %w", m.name, err)
 		}
@@ -285,7 +317,8 @@ func simNodes(managed []managedNode, cfg *config.Config) ([]node.Node, error) {
 }
 
 func nodeTemplate(name string, cfg *config.Config) *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{},
+		Annotations: map[string]string{ManagedAttachDetachAnnotation: strconv.FormatBool(!cfg.AttachDetachEnabled())}}}
 	for k, v := range cfg.NodeLabels {
 		n.Labels[k] = v
 	}
