@@ -525,3 +525,23 @@ func TestStatusWritesDoNotUndoEachOther(t *testing.T) {
 		t.Fatalf("volumesAttached has %d volumes, want %d", len(got), len(want))
 	}
 }
+
+func TestSetVolumesAttachedSkipsWritesThatChangeNothing(t *testing.T) {
+	client := newFakeClient(true)
+	c, err := NewController(client, []Node{{Template: template("n"), Provider: &fakeProvider{}}}, Options{PingInterval: time.Hour, StatusReportInterval: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	poll(t, "status tasks done", func() bool { return c.queue.Len() == 0 })
+	before := len(client.Actions())
+	// At start the attach/detach controller reports every node once, most
+	// with no volume: that must cost no request.
+	if err := c.SetVolumesAttached(context.Background(), "n", nil); err != nil {
+		t.Fatal(err)
+	}
+	if after := len(client.Actions()); after != before {
+		t.Errorf("an unchanged empty list cost %d requests, want none", after-before)
+	}
+}

@@ -111,10 +111,13 @@ func (c *Controller) SetVolumesAttached(ctx context.Context, node types.NodeName
 	defer n.writeMu.Unlock()
 	n.mu.Lock()
 	n.volumesAttached = slices.Clone(volumes)
-	uid := n.uid
+	uid, applied := n.uid, n.applied
 	n.mu.Unlock()
 	if uid == "" {
 		return nil // registered with them
+	}
+	if applied != nil && equality.Semantic.DeepEqual(applied.VolumesAttached, volumes) {
+		return nil // written already: at start, the usual case for every node
 	}
 	err := c.report(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", klog.KRef("", n.name))), n, uid, c.desiredNode(ctx, n))
 	if errors.Is(err, errNodeGone) {
