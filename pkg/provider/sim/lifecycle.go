@@ -177,6 +177,12 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 		p.runLocked(st, at)
 		logger.V(4).Info("Simulated pod restarted its containers", "pod", klog.KObj(st.pod))
 	case stepTerminate:
+		if p.pingError() != nil {
+			// An unhealthy node is wedged, as one whose kubelet hangs: its
+			// pods, and the volumes they mount, stay until it recovers.
+			st.step, st.stepAt = stepTerminate, at.Add(volumeRecheck)
+			return
+		}
 		p.terminateLocked(st, at)
 		logger.V(4).Info("Simulated pod terminated", "pod", klog.KObj(st.pod))
 		return // gone: nothing to notify twice

@@ -19,8 +19,11 @@ import (
 const NodeType = "nodelet-sim"
 
 // Ping reports the simulated node healthy, unless Options.PingErrorFile
-// exists: then it fails with the file's content.
-func (p *Provider) Ping(context.Context) error {
+// exists: then it fails with the file's content, and the node is wedged
+// until the file is gone: deleted pods do not terminate.
+func (p *Provider) Ping(context.Context) error { return p.pingError() }
+
+func (p *Provider) pingError() error {
 	if p.opts.PingErrorFile == "" {
 		return nil
 	}

@@ -108,7 +108,8 @@ type Options struct {
 	Volumes Volumes
 	// PingErrorFile, when set, names a file whose presence fails the node's
 	// ping with the file's content as the error: a node made unhealthy on
-	// demand.
+	// demand. While it fails the node is wedged, as one whose kubelet hangs:
+	// deleted pods do not terminate, and their volumes stay in use.
 	PingErrorFile string
 }
 

@@ -159,3 +159,37 @@ func poll(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestUnhealthyNodeIsWedged(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ping-error")
+	vols := &fakeVolumes{
+		byPod:    map[string][]corev1.UniqueVolumeName{"db": {"kubernetes.io/csi/d^1"}},
+		attached: map[corev1.UniqueVolumeName]types.NodeName{"kubernetes.io/csi/d^1": "sim-0"},
+	}
+	p, clk, _ := newTest(t, func(o *Options) { o.PingErrorFile, o.Volumes = file, vols })
+	ctx := context.Background()
+	if err := p.CreatePod(ctx, testPod("db", "100m", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("hung"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeletePod(ctx, mustGet(t, p, "db")); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(10 * volumeRecheck)
+	p.rearming.Wait()
+	node := &corev1.Node{}
+	p.ConfigureNode(ctx, node)
+	if _, err := p.GetPod(ctx, "ns", "db"); err != nil || len(node.Status.VolumesInUse) != 1 {
+		t.Fatalf("a wedged node's deleted pod: %v, volumesInUse %v; want the pod kept and its volume in use", err, node.Status.VolumesInUse)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(volumeRecheck)
+	poll(t, "the pod terminated once the node recovered", func() bool {
+		_, err := p.GetPod(ctx, "ns", "db")
+		return err != nil
+	})
+}
