@@ -1,13 +1,24 @@
-// Package csi is the attacher plugin for CSI PersistentVolumes. It attaches
-// a volume by creating a storage.k8s.io/v1 VolumeAttachment for it and
-// waiting until the driver's external-attacher reports it attached, and
-// detaches it by deleting that VolumeAttachment and waiting until it is
-// gone, so any CSI driver's controller publish service does the work.
+// Package csi is nodelet's side of the Container Storage Interface.
 //
-// It owns the VolumeAttachments it names (see AttachmentName) and nothing
-// else: it never talks to a CSI driver, never mounts anything and never
-// writes a Node, a Pod or a PersistentVolume. Which drivers need attach at
+// The attacher plugin (csi.go) attaches a CSI PersistentVolume by creating a
+// storage.k8s.io/v1 VolumeAttachment for it and waiting until the driver's
+// external-attacher reports it attached, and detaches it by deleting that
+// VolumeAttachment and waiting until it is gone, so any CSI driver's
+// controller publish service does the work. Which drivers need attach at
 // all is the CSIDriver objects' to say (attachRequired).
+//
+// The node client (node.go) calls a driver's identity and node services
+// (GetPluginInfo, NodeGetInfo, NodeGetCapabilities, NodeStageVolume,
+// NodePublishVolume and their reverse) over the driver's unix socket, which
+// by convention is <rootDir>/plugins/<driverName>/csi.sock (SocketPath). The
+// registrar (registration.go) finds those sockets and keeps the node's
+// CSINode listing the drivers with their node IDs, topology keys and volume
+// limits.
+//
+// The package owns the VolumeAttachments it names (see AttachmentName) and
+// the CSINode of the node it registers, and nothing else: it never mounts
+// anything itself (the drivers do, when asked by the process provider) and
+// never writes a Node, a Pod or a PersistentVolume.
 package csi
 
 import (
