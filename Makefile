@@ -26,6 +26,15 @@ build: bin/controlplane bin/nodelet
 bin/controlplane: $(wildcard hack/controlplane/*.go) hack/controlplane/go.mod hack/controlplane/go.sum
 	cd hack/controlplane && $(GO) build -o ../../bin/controlplane -ldflags "$(CONTROLPLANE_LDFLAGS)" .
 
+# The CSI external-attacher sidecar that the end-to-end tests run; its own
+# module in hack/csi-attacher pins the release.
+bin/csi-attacher: hack/csi-attacher/go.mod hack/csi-attacher/go.sum
+	cd hack/csi-attacher && $(GO) build -o ../../bin/csi-attacher \
+		-ldflags "-s -w -X main.version=$$($(GO) list -m -f '{{.Version}}' github.com/kubernetes-csi/external-attacher/v4)" \
+		github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+
+test e2e: bin/csi-attacher
+
 # Always handed to go build, which knows when nothing changed.
 .PHONY: bin/nodelet
 bin/nodelet:
