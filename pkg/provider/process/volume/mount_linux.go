@@ -47,6 +47,10 @@ func unmountIfMounted(dir string) error {
 	return nil
 }
 
+// IsMountPoint reports whether a file system is mounted on dir (false when
+// dir does not exist).
+func IsMountPoint(dir string) (bool, error) { return isMountPoint(dir) }
+
 // isMountPoint reports whether a file system is mounted on dir: its device
 // differs from its parent's, or it is listed as a mount point (bind mounts
 // of the same file system).

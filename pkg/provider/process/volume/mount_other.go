@@ -19,4 +19,7 @@ func ensureTmpfs(dir, opts string) error {
 
 func unmountIfMounted(string) error { return nil }
 
+// IsMountPoint reports false: no mount is known without Linux's table.
+func IsMountPoint(string) (bool, error) { return false, nil }
+
 func removeTree(root string) error { return os.RemoveAll(root) }
