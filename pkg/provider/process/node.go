@@ -113,7 +113,8 @@ func (p *Provider) Ping(context.Context) error {
 
 // ConfigureNode describes the host: capacity from its CPUs, memory and the
 // disk under the root dir, allocatable less the reserved amounts, healthy
-// conditions, addresses, nodeInfo and the kubelet endpoint.
+// conditions, addresses, nodeInfo, the kubelet endpoint, and the CSI
+// volumes in use (which the volume controller must not detach).
 func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	h := p.readHost()
 	if node.Labels == nil {
@@ -148,6 +149,12 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	s.NodeInfo.KubeletVersion = p.opts.Version
 	s.NodeInfo.ContainerRuntimeVersion = "nodelet-process://" + p.opts.Version
 	s.DaemonEndpoints.KubeletEndpoint.Port = p.opts.Port
+	s.VolumesInUse = nil
+	if p.parts.CSI != nil {
+		if inUse := p.parts.CSI.VolumesInUse(); len(inUse) > 0 {
+			s.VolumesInUse = inUse
+		}
+	}
 }
 
 // setCondition sets a node condition's status, reason and message; the

@@ -11,7 +11,11 @@
 // termination, active deadlines and the status computed from it all. It
 // never writes to the API server: nodelet's pod controller reads the status
 // it reports; it only reads what pods refer to (ConfigMaps, Secrets,
-// Services, tokens) and records Events.
+// Services, tokens, claims and their volumes) and records Events. CSI
+// volumes are staged and published by package csimount, through the
+// drivers' node services, once the volume controller has attached them; the
+// provider reports them in the node's volumesInUse from when a pod asks for
+// them until they are unstaged, and tells the node loop when that changes.
 package process
 
 import (
@@ -32,6 +36,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
 	"github.com/nodelet/nodelet/pkg/provider/process/env"
 	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
 	"github.com/nodelet/nodelet/pkg/provider/process/volume"
@@ -41,6 +46,7 @@ var (
 	_ provider.PodLifecycleHandler = (*Provider)(nil)
 	_ provider.PodNotifier         = (*Provider)(nil)
 	_ provider.NodeProvider        = (*Provider)(nil)
+	_ provider.NodeNotifier        = (*Provider)(nil)
 	_ provider.LogsProvider        = (*Provider)(nil)
 	_ provider.ExecProvider        = (*Provider)(nil)
 	_ provider.AttachProvider      = (*Provider)(nil)
@@ -67,14 +73,24 @@ type Options struct {
 	Version string
 	// Clock drives back-off, deadlines and probes; default the real clock.
 	Clock clock.WithTicker
+	// CleanUpPeriod is how often what pods that are gone left behind (their
+	// CSI volumes, a sandbox that could not be removed) is cleaned up again;
+	// default DefaultCleanUpPeriod.
+	CleanUpPeriod time.Duration
 }
 
-// Parts are what the provider runs pods with.
+// DefaultCleanUpPeriod is how often leftovers of pods that are gone are
+// cleaned up when Options.CleanUpPeriod is unset.
+const DefaultCleanUpPeriod = time.Minute
+
+// Parts are what the provider runs pods with. CSI is optional: without it,
+// pods with persistentVolumeClaim volumes cannot start.
 type Parts struct {
 	Runtime  *runtime.Manager
 	Volumes  *volume.Manager
 	Env      env.Getter
 	Recorder record.EventRecorder
+	CSI      *csimount.Manager
 }
 
 // Provider runs the pods of one node as host processes.
@@ -95,6 +111,12 @@ type Provider struct {
 	pods   map[string]*podWorker // namespace/name
 	byUID  map[types.UID]*podWorker
 	notify func(*corev1.Pod)
+	// nodeNotify asks the node loop to report the node's status; nodeGen
+	// tells the registrations apart.
+	nodeNotify func()
+	nodeGen    int
+	// orphans are sandboxes of no known pod that could not be removed yet.
+	orphans map[types.UID]bool
 
 	hostOnce sync.Once
 	host     hostInfo
@@ -124,14 +146,21 @@ func New(parts Parts, opts Options) (*Provider, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.CleanUpPeriod <= 0 {
+		opts.CleanUpPeriod = DefaultCleanUpPeriod
+	}
 	logger := klog.Background().WithValues("node", opts.NodeName, "provider", "process")
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	p := &Provider{
 		opts: opts, parts: parts, clock: opts.Clock,
 		ctx: ctx, cancel: cancel,
 		pods: map[string]*podWorker{}, byUID: map[types.UID]*podWorker{},
+		orphans: map[types.UID]bool{},
 	}
 	parts.Runtime.OnExit(p.containerExited)
+	if parts.CSI != nil {
+		parts.CSI.OnChange(p.nodeStatusChanged)
+	}
 	return p, nil
 }
 
@@ -144,7 +173,17 @@ func (p *Provider) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.parts.Volumes.Run(ctx) }()
-	<-ctx.Done()
+	timer := p.clock.NewTimer(0)
+	defer timer.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-timer.C():
+			p.cleanUp(ctx)
+			timer.Reset(p.opts.CleanUpPeriod)
+		}
+	}
 	p.cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("volumes: %w", err)
@@ -247,11 +286,72 @@ func (p *Provider) doLoad() error {
 	}
 	for uid := range byUID {
 		logger.Info("Removing sandbox of no known pod", "uid", uid)
-		if err := p.parts.Runtime.RemoveSandbox(p.ctx, uid); err != nil {
-			logger.Error(err, "Removing sandbox failed", "uid", uid)
+		if err := p.removeOrphan(p.ctx, uid); err != nil {
+			logger.Error(err, "Removing sandbox failed; retrying later", "uid", uid)
+			p.mu.Lock()
+			p.orphans[uid] = true
+			p.mu.Unlock()
 		}
 	}
 	return nil
+}
+
+// removeOrphan removes the sandbox of a pod the provider does not know,
+// with its volumes: CSI volumes first (unpublished, then unstaged once the
+// sandbox is gone), so that nothing mounted is ever deleted.
+func (p *Provider) removeOrphan(ctx context.Context, uid types.UID) error {
+	if p.parts.CSI != nil {
+		if err := p.parts.CSI.TearDown(ctx, uid); err != nil {
+			return fmt.Errorf("unpublish CSI volumes: %w", err)
+		}
+	}
+	stub := &corev1.Pod{}
+	stub.UID = uid
+	if err := p.parts.Volumes.TearDown(ctx, stub); err != nil {
+		return fmt.Errorf("tear down volumes: %w", err)
+	}
+	if err := p.parts.Runtime.RemoveSandbox(ctx, uid); err != nil {
+		return err
+	}
+	if p.parts.CSI != nil {
+		if err := p.parts.CSI.Release(ctx, uid); err != nil {
+			return fmt.Errorf("unstage CSI volumes: %w", err)
+		}
+	}
+	return nil
+}
+
+// cleanUp retries what pods that are gone left behind: sandboxes that could
+// not be removed, and CSI volumes published for pods the provider does not
+// know or staged for none.
+func (p *Provider) cleanUp(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	p.mu.Lock()
+	orphans := make([]types.UID, 0, len(p.orphans))
+	for uid := range p.orphans {
+		orphans = append(orphans, uid)
+	}
+	p.mu.Unlock()
+	for _, uid := range orphans {
+		if err := p.removeOrphan(ctx, uid); err != nil {
+			logger.Error(err, "Removing sandbox of no known pod failed; retrying later", "uid", uid)
+			continue
+		}
+		p.mu.Lock()
+		delete(p.orphans, uid)
+		p.mu.Unlock()
+	}
+	if p.parts.CSI == nil {
+		return
+	}
+	known := func(uid types.UID) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.byUID[uid] != nil || p.orphans[uid]
+	}
+	if err := p.parts.CSI.Sweep(ctx, known); err != nil {
+		logger.Error(err, "Cleaning up CSI volumes failed; retrying later")
+	}
 }
 
 func (p *Provider) worker(namespace, name string) (*podWorker, error) {
@@ -382,6 +482,50 @@ func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
 	p.mu.Unlock()
 	for _, w := range ws {
 		w.kick()
+	}
+}
+
+// NotifyNodeStatus registers the function that asks the node loop to
+// report the node's status now: the provider calls it when the CSI volumes
+// in use change. A later call replaces it; it is dropped when ctx ends.
+func (p *Provider) NotifyNodeStatus(ctx context.Context, notify func()) {
+	p.mu.Lock()
+	p.nodeGen++
+	gen := p.nodeGen
+	p.nodeNotify = notify
+	p.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		if p.nodeGen == gen {
+			p.nodeNotify = nil
+		}
+		p.mu.Unlock()
+	})
+}
+
+// nodeStatusChanged asks the node loop to report the node's status.
+func (p *Provider) nodeStatusChanged() {
+	p.mu.Lock()
+	notify := p.nodeNotify
+	p.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
+// VolumesChanged tells the provider that API objects its pods' CSI volumes
+// depend on changed (a claim, a volume, a CSIDriver, a VolumeAttachment or
+// the Node): pods waiting for them try again at once. It never blocks, so
+// informer event handlers may call it.
+func (p *Provider) VolumesChanged() {
+	p.mu.Lock()
+	ws := make([]*podWorker, 0, len(p.pods))
+	for _, w := range p.pods {
+		ws = append(ws, w)
+	}
+	p.mu.Unlock()
+	for _, w := range ws {
+		w.volumesChanged()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
 	"github.com/nodelet/nodelet/pkg/provider/process/env"
 	"github.com/nodelet/nodelet/pkg/provider/process/probe"
 	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
@@ -32,6 +34,12 @@ const (
 	// retryAfter is how soon a failed set-up (volumes, sandbox,
 	// configuration) is tried again.
 	retryAfter = 5 * time.Second
+	// CSI volumes that cannot be set up are tried again after a back-off
+	// from csiBackOff doubling to csiMaxWait while they wait for the API (or
+	// at once when the API changes), or to csiMaxBackOff when they fail.
+	csiBackOff    = time.Second
+	csiMaxWait    = 10 * time.Second
+	csiMaxBackOff = time.Minute
 )
 
 // backOff is the wait before the restart of a container that exited after
@@ -71,6 +79,19 @@ type podWorker struct {
 	deleting    bool
 	grace       time.Duration
 	gone        bool
+
+	// setUpFailures counts the set-ups of CSI volumes that failed in a
+	// row; setUpRetryAt is when the next is due.
+	setUpFailures int
+	setUpRetryAt  time.Time
+	// waitingForVolumes: the pod's CSI volumes wait for the API (a claim
+	// to be bound, a volume to be attached), so an API change retries them.
+	waitingForVolumes bool
+	// abortSetUp cancels a set-up of CSI volumes in progress when the pod
+	// is deleted.
+	abortSetUp context.CancelFunc
+	// unmountWarned: a FailedUnmount Event was recorded.
+	unmountWarned bool
 }
 
 // containerState is what the worker knows of a container beyond the
@@ -150,6 +171,9 @@ func (w *podWorker) delete(grace time.Duration) {
 	}
 	w.deleting = true
 	immediate := w.grace == 0
+	if w.abortSetUp != nil {
+		w.abortSetUp()
+	}
 	w.mu.Unlock()
 	if immediate {
 		select {
@@ -301,7 +325,6 @@ func restarts(pod *corev1.Pod, c *corev1.Container, init bool, code int) bool {
 // step acts on the pod: set-up, active deadline, init containers in order,
 // then the containers.
 func (w *podWorker) step(ctx context.Context) time.Duration {
-	logger := w.logger(ctx)
 	w.mu.Lock()
 	pod, failed := w.pod, w.failReason != ""
 	w.mu.Unlock()
@@ -309,9 +332,8 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 		w.stopProbes()
 		return 0
 	}
-	if err := w.setUp(ctx, pod); err != nil {
-		logger.Error(err, "Setting up pod failed")
-		return retryAfter
+	if ready, retry := w.setUp(ctx, pod); !ready {
+		return retry
 	}
 	now := w.p.clock.Now()
 	var next time.Duration
@@ -364,19 +386,22 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 	return next
 }
 
-// setUp prepares the pod's volumes and sandbox once.
-func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) error {
+// setUp prepares the pod's volumes and sandbox once. It reports whether
+// they are ready, and if not when to try again.
+func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Duration) {
 	w.mu.Lock()
-	paths, sb := w.volumePaths, w.sandbox
+	paths, sb, retryAt := w.volumePaths, w.sandbox, w.setUpRetryAt
 	w.mu.Unlock()
 	if paths != nil && sb != nil {
-		return nil
+		return true, 0
+	}
+	if wait := retryAt.Sub(w.p.clock.Now()); wait > 0 {
+		return false, wait
 	}
 	if paths == nil {
 		var err error
-		if paths, err = w.p.parts.Volumes.SetUp(ctx, pod); err != nil {
-			w.warnAll("FailedMount", fmt.Sprintf("MountVolume.SetUp failed: %v", err))
-			return err
+		if paths, err = w.setUpVolumes(ctx, pod); err != nil {
+			return false, w.setUpFailed(ctx, err)
 		}
 	}
 	if sb == nil {
@@ -386,31 +411,143 @@ func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) error {
 		})
 		if err != nil {
 			w.warnAll("FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-			return err
+			return false, w.setUpFailed(ctx, err)
 		}
 	}
 	w.mu.Lock()
 	w.volumePaths, w.sandbox = paths, sb
+	w.setUpFailures, w.setUpRetryAt, w.waitingForVolumes = 0, time.Time{}, false
 	for _, cs := range w.containers {
-		if cs.waitingReason == "FailedMount" || cs.waitingReason == "FailedCreatePodSandBox" {
+		if cs.waitingReason == "ContainerCreating" {
 			cs.waitingReason, cs.waitingMessage = "", ""
 		}
 	}
 	w.mu.Unlock()
-	return nil
+	return true, 0
 }
 
-// warnAll records a Warning Event once per reason and makes every
-// container wait with it.
+// setUpVolumes prepares the pod's volumes: its CSI volumes through the CSI
+// mounter (when there is one), the others through the volume manager.
+func (w *podWorker) setUpVolumes(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
+	mounter := w.p.parts.CSI
+	local := pod
+	if mounter != nil {
+		local = withoutCSIVolumes(pod)
+	}
+	paths, err := w.p.parts.Volumes.SetUp(ctx, local)
+	if err != nil {
+		w.warnAll("FailedMount", fmt.Sprintf("MountVolume.SetUp failed: %v", err))
+		return nil, err
+	}
+	if mounter == nil || len(local.Spec.Volumes) == len(pod.Spec.Volumes) {
+		return paths, nil
+	}
+	// A deletion cancels the set-up: staging and publishing can take long.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	if w.deleting {
+		w.mu.Unlock()
+		return nil, errors.New("pod is being deleted")
+	}
+	w.abortSetUp = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.abortSetUp = nil
+		w.mu.Unlock()
+	}()
+	csiPaths, err := mounter.SetUp(sctx, pod)
+	if err != nil {
+		var se *csimount.SetUpError
+		if sctx.Err() == nil && errors.As(err, &se) {
+			w.warnAll(se.Reason(), se.Error())
+		}
+		return nil, err
+	}
+	maps.Copy(paths, csiPaths)
+	return paths, nil
+}
+
+// withoutCSIVolumes is a copy of pod without the volumes the CSI mounter
+// sets up.
+func withoutCSIVolumes(pod *corev1.Pod) *corev1.Pod {
+	c := pod.DeepCopy()
+	c.Spec.Volumes = c.Spec.Volumes[:0]
+	for _, v := range pod.Spec.Volumes {
+		if !csimount.Handles(&v) {
+			c.Spec.Volumes = append(c.Spec.Volumes, *v.DeepCopy())
+		}
+	}
+	return c
+}
+
+// setUpFailed logs a failed set-up and says when to try again: CSI volumes
+// after their back-off (or at once when the API changes, for those that
+// wait for it), anything else after retryAfter.
+func (w *podWorker) setUpFailed(ctx context.Context, err error) time.Duration {
+	logger := w.logger(ctx)
+	var se *csimount.SetUpError
+	if !errors.As(err, &se) {
+		logger.Error(err, "Setting up pod failed")
+		return retryAfter
+	}
+	w.mu.Lock()
+	deleting := w.deleting
+	if se.Waiting() != w.waitingForVolumes {
+		w.setUpFailures = 0 // waiting and failing back off apart
+	}
+	w.setUpFailures++
+	limit := csiMaxBackOff
+	if se.Waiting() {
+		limit = csiMaxWait
+	}
+	wait := csiBackOff
+	for i := 1; i < w.setUpFailures && wait < limit; i++ {
+		wait *= 2
+	}
+	wait = min(wait, limit)
+	w.setUpRetryAt = w.p.clock.Now().Add(wait)
+	w.waitingForVolumes = se.Waiting()
+	w.mu.Unlock()
+	switch {
+	case deleting:
+		return 0 // the next sync terminates the pod
+	case se.Reason() == "":
+		logger.V(2).Info("Waiting for CSI volumes", "reason", se.Error(), "retryIn", wait)
+	default:
+		logger.Error(err, "Setting up CSI volumes failed", "retryIn", wait)
+	}
+	return wait
+}
+
+// volumesChanged retries a set-up that waits for the API at once.
+func (w *podWorker) volumesChanged() {
+	w.mu.Lock()
+	waiting := w.waitingForVolumes
+	if waiting {
+		w.setUpRetryAt = time.Time{}
+	}
+	w.mu.Unlock()
+	if waiting {
+		w.kick()
+	}
+}
+
+// warnAll makes every container wait in ContainerCreating with msg and
+// records a Warning Event with reason, once per reason; an empty reason
+// records none.
 func (w *podWorker) warnAll(reason, msg string) {
 	w.mu.Lock()
-	first := true
+	first := reason != ""
 	for _, c := range append(append([]corev1.Container{}, w.pod.Spec.InitContainers...), w.pod.Spec.Containers...) {
 		cs := w.containerLocked(c.Name)
-		if cs.warned == reason {
-			first = false
+		if reason != "" {
+			if cs.warned == reason {
+				first = false
+			}
+			cs.warned = reason
 		}
-		cs.warned = reason
 		cs.waitingReason, cs.waitingMessage = "ContainerCreating", msg
 	}
 	w.mu.Unlock()
@@ -792,19 +929,37 @@ func (w *podWorker) terminate(ctx context.Context) error {
 	v := w.viewLocked()
 	w.mu.Unlock()
 	final := podStatus(v)
-	// Volumes first: their tmpfs mounts live in the pod's directory, which
-	// the sandbox's removal deletes.
-	if err := w.p.parts.Volumes.TearDown(ctx, pod); err != nil {
+	notGone := func() {
 		w.mu.Lock()
 		w.gone = false
 		w.mu.Unlock()
+	}
+	// Volumes first: their mounts live in the pod's directory, which the
+	// sandbox's removal deletes. CSI volumes are unpublished before the
+	// volume manager removes the volume directories, and unstaged only once
+	// the sandbox, whose mount namespace holds them too, is gone.
+	mounter := w.p.parts.CSI
+	if mounter != nil {
+		if err := mounter.TearDown(ctx, pod.UID); err != nil {
+			notGone()
+			w.unmountFailed(err)
+			return fmt.Errorf("unpublish CSI volumes: %w", err)
+		}
+	}
+	if err := w.p.parts.Volumes.TearDown(ctx, pod); err != nil {
+		notGone()
 		return fmt.Errorf("tear down volumes: %w", err)
 	}
 	if err := w.p.parts.Runtime.RemoveSandbox(ctx, pod.UID); err != nil {
-		w.mu.Lock()
-		w.gone = false
-		w.mu.Unlock()
+		notGone()
 		return fmt.Errorf("remove sandbox: %w", err)
+	}
+	if mounter != nil {
+		if err := mounter.Release(ctx, pod.UID); err != nil {
+			notGone()
+			w.unmountFailed(err)
+			return fmt.Errorf("unstage CSI volumes: %w", err)
+		}
 	}
 	if err := os.Remove(w.p.stateFile(pod.UID)); err != nil && !os.IsNotExist(err) {
 		w.logger(ctx).Error(err, "Removing pod state failed")
@@ -816,4 +971,16 @@ func (w *podWorker) terminate(ctx context.Context) error {
 	w.p.publish(w.snapshot())
 	w.logger(ctx).V(2).Info("Pod terminated", "phase", final.Phase)
 	return nil
+}
+
+// unmountFailed records, once, a Warning Event saying why the pod's CSI
+// volumes are not torn down yet: the pod stays until they are.
+func (w *podWorker) unmountFailed(err error) {
+	w.mu.Lock()
+	first := !w.unmountWarned
+	w.unmountWarned = true
+	w.mu.Unlock()
+	if first {
+		w.event(corev1.EventTypeWarning, "FailedUnmount", "%v", err)
+	}
 }

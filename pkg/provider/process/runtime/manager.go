@@ -385,8 +385,9 @@ func (m *Manager) load(ctx context.Context, uid types.UID) (*Sandbox, error) {
 }
 
 // RemoveSandbox kills every process of the pod, waits for them to end and
-// removes the pod's cgroups and directory. Removing a sandbox that is gone
-// is not an error.
+// removes the pod's cgroups and directory, unless something is still
+// mounted in it (an error). Removing a sandbox that is gone is not an
+// error.
 func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	if err := validUID(uid); err != nil {
 		return err
@@ -436,6 +437,15 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 		if err := removeCgroupTree(cg, time.Now().Add(10*time.Second)); err != nil {
 			return err
 		}
+	}
+	// A volume still mounted in the pod's directory (a CSI volume not
+	// unpublished) must not be emptied by the removal.
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return fmt.Errorf("remove pod directory: %w", err)
+	}
+	if len(mounts) > 0 {
+		return fmt.Errorf("refusing to remove pod directory %s: %s is still mounted", dir, mounts[0])
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove pod directory: %w", err)

@@ -515,6 +515,38 @@ func TestRemoveSandboxLeavesNothing(t *testing.T) {
 	}
 }
 
+func TestRemoveSandboxKeepsMountedVolumes(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	uid := s.Spec().UID
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "keep"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A volume published into the pod's directory and never unpublished.
+	target := filepath.Join(e.m.podDir(uid), "volumes", "kubernetes.io~csi", "v", "mount")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(data, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	err := e.m.RemoveSandbox(e.ctx, uid)
+	if err == nil || !strings.Contains(err.Error(), "still mounted") {
+		t.Fatalf("RemoveSandbox with a mounted volume: error %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "keep")); err != nil {
+		t.Fatalf("the mounted volume's data was touched: %v", err)
+	}
+	if err := unix.Unmount(target, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.RemoveSandbox(e.ctx, uid); err != nil {
+		t.Fatalf("RemoveSandbox once unmounted: %v", err)
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
 type syncBuffer struct {
 	mu sync.Mutex
