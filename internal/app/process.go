@@ -8,7 +8,11 @@ import (
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
@@ -16,15 +20,43 @@ import (
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/process"
+	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
 	"github.com/nodelet/nodelet/pkg/provider/process/env"
 	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
 	"github.com/nodelet/nodelet/pkg/provider/process/volume"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/volume/csi"
 )
 
-// processNode builds the one node of the process provider, and the loop
-// that supervises its pods.
+// processNode builds the one node of the process provider, and the loops
+// that supervise its pods and register its CSI drivers. The informers its
+// CSI volumes read are its own, started by one of the loops.
 func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config) ([]node.Node, map[string]func(context.Context) error, error) {
+	cluster := informers.NewSharedInformerFactory(client, 0)
+	nodes := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
+		}))
+	built, loops, err := processNodeWithInformers(client, recorder, cfg, cluster, nodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	loops["process provider informers"] = func(ctx context.Context) error {
+		cluster.Start(ctx.Done())
+		nodes.Start(ctx.Done())
+		<-ctx.Done()
+		cluster.Shutdown()
+		nodes.Shutdown()
+		return nil
+	}
+	return built, loops, nil
+}
+
+// processNodeWithInformers builds the process provider's node with the
+// informers of the caller, who starts them: claims, volumes, CSI drivers
+// and volume attachments from cluster, and the node (at least) from nodes.
+func processNodeWithInformers(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
+	cluster, nodes informers.SharedInformerFactory) ([]node.Node, map[string]func(context.Context) error, error) {
 	rt, err := runtime.NewManager(runtime.Options{
 		Exe:         shimBinary(),
 		RootDir:     cfg.RootDir,
@@ -42,11 +74,44 @@ func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg
 			reserved[name] = sum
 		}
 	}
+
+	// CSI volumes: what they read, and who wakes the pods waiting for them.
+	sources := []cache.SharedIndexInformer{
+		cluster.Core().V1().PersistentVolumeClaims().Informer(),
+		cluster.Core().V1().PersistentVolumes().Informer(),
+		cluster.Storage().V1().CSIDrivers().Informer(),
+		cluster.Storage().V1().VolumeAttachments().Informer(),
+		nodes.Core().V1().Nodes().Informer(),
+	}
+	mounter, err := csimount.New(client, csimount.Sources{
+		Claims:      cluster.Core().V1().PersistentVolumeClaims().Lister(),
+		Volumes:     cluster.Core().V1().PersistentVolumes().Lister(),
+		Drivers:     cluster.Storage().V1().CSIDrivers().Lister(),
+		Attachments: cluster.Storage().V1().VolumeAttachments().Lister(),
+		Nodes:       nodes.Core().V1().Nodes().Lister(),
+		Synced: func() bool {
+			for _, inf := range sources {
+				if !inf.HasSynced() {
+					return false
+				}
+			}
+			return true
+		},
+	}, csimount.Options{NodeName: cfg.NodeName, RootDir: cfg.RootDir})
+	if err != nil {
+		return nil, nil, err
+	}
+	registrar, err := csi.NewRegistrar(client, cfg.NodeName, cfg.RootDir, csi.RegistrarOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+
 	p, err := process.New(process.Parts{
 		Runtime:  rt,
 		Volumes:  volume.NewManager(client, volume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
 		Env:      env.NewGetter(client),
 		Recorder: recorder,
+		CSI:      mounter,
 	}, process.Options{
 		NodeName: cfg.NodeName,
 		Address:  cfg.Address,
@@ -59,8 +124,21 @@ func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg
 	if err != nil {
 		return nil, nil, err
 	}
-	nodes := []node.Node{{Template: nodeTemplate(cfg.NodeName, cfg), Provider: p}}
-	return nodes, map[string]func(context.Context) error{"process provider": p.Run}, nil
+	changed := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.VolumesChanged() },
+		UpdateFunc: func(any, any) { p.VolumesChanged() },
+		DeleteFunc: func(any) { p.VolumesChanged() },
+	}
+	for _, inf := range sources {
+		if _, err := inf.AddEventHandler(changed); err != nil {
+			return nil, nil, fmt.Errorf("process provider: watch volume sources: %w", err)
+		}
+	}
+	built := []node.Node{{Template: nodeTemplate(cfg.NodeName, cfg), Provider: p}}
+	return built, map[string]func(context.Context) error{
+		"process provider":    p.Run,
+		"csi driver registry": registrar.Run,
+	}, nil
 }
 
 // shimBinary is the nodelet-shim beside this executable, which starts
