@@ -283,7 +283,7 @@ func (e *csiEnv) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.NewManager(runtime.Options{Exe: exe, RootDir: e.root, CgroupName: "nodelet-test"})
+	rt, err := runtime.NewManager(runtime.Options{Exe: exe, RootDir: e.root, CgroupName: "nodelet-test-process"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,8 +407,12 @@ var csiUnique = pkgvolume.CSIVolumeName(csiDriverName, csiHandle)
 
 // csiPod writes into its CSI volume and sleeps.
 func csiPod(t *testing.T) *corev1.Pod {
+	return csiPodNamed(t, "web")
+}
+
+func csiPodNamed(t *testing.T, name string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "web", UID: types.UID("uid-csi-" + strings.ToLower(t.Name()))},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: name, UID: types.UID("uid-" + name + "-" + strings.ToLower(t.Name()))},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyAlways,
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
@@ -571,4 +575,89 @@ func TestCSIVolumeAcrossAnAgentRestart(t *testing.T) {
 	if got := e.volumesInUse(); len(got) != 0 {
 		t.Errorf("volumesInUse = %v after the pod is gone", got)
 	}
+}
+
+// mountedAnywhere lists the processes in whose mount namespace path is a
+// mount point.
+func mountedAnywhere(path string) []string {
+	var pids []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	for _, f := range procs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if fields := strings.Fields(line); len(fields) > 4 && fields[4] == path {
+				pids = append(pids, filepath.Base(filepath.Dir(f)))
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// A sandbox's mount namespace is a private copy of the host's: a pod
+// started while a volume is mounted holds a copy of its mounts. Removing the
+// staging and publish directories once the driver unmounted them makes the
+// kernel detach those copies too, before the volume leaves volumesInUse and
+// may be detached.
+func TestCSIVolumeLeavesNoMountInOtherPods(t *testing.T) {
+	e := newCSIEnv(t)
+	e.nodeStatus(func(s *corev1.NodeStatus) { s.VolumesInUse = []corev1.UniqueVolumeName{csiUnique} })
+	e.attach()
+	pod := csiPod(t)
+	if err := e.p.CreatePod(e.ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	e.written()
+	// Another pod starts while the volume is mounted: its sandbox's mount
+	// namespace is a copy of the host's, with the volume in it.
+	other := csiPodNamed(t, "other")
+	other.Spec.Volumes = nil
+	other.Spec.Containers[0].Command = []string{"sleep", "3600"}
+	other.Spec.Containers[0].VolumeMounts = nil
+	if err := e.p.CreatePod(e.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the other pod runs", func() error {
+		got, err := e.p.GetPod(e.ctx, "app", "other")
+		if err != nil {
+			return err
+		}
+		if cs := got.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil {
+			return errors.New(got.Status.String())
+		}
+		return nil
+	})
+	staging, err := filepath.Glob(filepath.Join(e.root, "plugins", "kubernetes.io", "csi", csiDriverName, "*", "globalmount"))
+	if err != nil || len(staging) != 1 {
+		t.Fatalf("staging paths = %v, %v", staging, err)
+	}
+	if len(mountedAnywhere(staging[0])) < 2 {
+		t.Fatalf("the staged volume is mounted in %v only, want the host and the other pod too", mountedAnywhere(staging[0]))
+	}
+
+	e.deleteAndWait(pod)
+	if got := e.driver.called(); !slices.Contains(got, "NodeUnstageVolume") {
+		t.Fatalf("driver calls = %v, want the volume unstaged", got)
+	}
+	if pids := mountedAnywhere(staging[0]); len(pids) > 0 {
+		t.Errorf("the unstaged volume is still mounted in processes %v", pids)
+	}
+	e.deleteOther(other)
+}
+
+// deleteOther deletes a pod other than csiPod's and waits until it is gone.
+func (e *csiEnv) deleteOther(pod *corev1.Pod) {
+	e.t.Helper()
+	if err := e.p.DeletePod(e.ctx, pod.DeepCopy()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.eventually("the pod is gone", func() error {
+		if _, err := e.p.GetPod(e.ctx, pod.Namespace, pod.Name); errors.Is(err, provider.ErrNotFound) {
+			return nil
+		}
+		return errors.New("still there")
+	})
 }
