@@ -58,4 +58,3 @@ func TestVolumeCSIAttachMountDetach(t *testing.T) {
 		t.Errorf("volumesInUse = %v after the pod is gone", inUse)
 	}
 }
-
