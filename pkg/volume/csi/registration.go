@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 	"time"
 
 	storagev1 "k8s.io/api/storage/v1"
@@ -88,19 +87,15 @@ type Registrar struct {
 // driverSocket is one driver's socket and what it answered.
 type driverSocket struct {
 	path string
-	// id tells a socket from the one a restarted driver makes in its place.
-	id socketID
+	// file tells a socket from the one a restarted driver makes in its
+	// place.
+	file os.FileInfo
 	// info is the answer to NodeGetInfo; nil until the driver answered.
 	info *NodeInfo
 	// failures and retryAt pace the questions to a driver that did not
 	// answer well.
 	failures int
 	retryAt  time.Time
-}
-
-type socketID struct {
-	dev, ino uint64
-	mtime    time.Time
 }
 
 // NewRegistrar returns the registrar of nodeName's drivers under rootDir.
@@ -182,7 +177,7 @@ func (r *Registrar) scan(ctx context.Context) {
 	now := r.opts.Clock.Now()
 	for name, s := range found {
 		known, ok := r.sockets[name]
-		if !ok || known.id != s.id || known.path != s.path {
+		if !ok || !sameSocket(known, s) {
 			r.sockets[name] = s
 			known = s
 			r.dirty = true
@@ -224,13 +219,14 @@ func (r *Registrar) findSockets() (map[string]*driverSocket, error) {
 		if err != nil || info.Mode()&fs.ModeSocket == 0 {
 			continue
 		}
-		id := socketID{mtime: info.ModTime()}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			id.dev, id.ino = uint64(st.Dev), st.Ino //nolint:unconvert // Dev's type differs by architecture
-		}
-		found[e.Name()] = &driverSocket{path: path, id: id}
+		found[e.Name()] = &driverSocket{path: path, file: info}
 	}
 	return found, nil
+}
+
+// sameSocket tells whether two scans found the same socket file.
+func sameSocket(a, b *driverSocket) bool {
+	return a.path == b.path && os.SameFile(a.file, b.file) && a.file.ModTime().Equal(b.file.ModTime())
 }
 
 // probe checks that the driver at socket is the one its directory names

@@ -76,7 +76,7 @@ func nodeObject() *corev1.Node {
 func TestRegistrarWritesCSINode(t *testing.T) {
 	root := t.TempDir()
 	client := fake.NewClientset(nodeObject())
-	serve(t, root, &fakeDriver{name: driver, nodeID: "id-a", maxVolumes: 7, topology: map[string]string{"zone": "z1", "rack": "r1"}})
+	_, stopDriver := serve(t, root, &fakeDriver{name: driver, nodeID: "id-a", maxVolumes: 7, topology: map[string]string{"zone": "z1", "rack": "r1"}})
 	_, stopOther := serve(t, root, &fakeDriver{name: "other.csi.io", nodeID: "id-b"})
 	runRegistrar(t, client, root)
 
@@ -94,6 +94,13 @@ func TestRegistrarWritesCSINode(t *testing.T) {
 	stopOther()
 	waitForCSINode(t, client, "dropped the driver whose socket went", func(n *storagev1.CSINode) bool {
 		return equality.Semantic.DeepEqual(n.Spec.Drivers, want[:1])
+	})
+
+	// The driver restarts with another node ID: its new socket is asked again.
+	stopDriver()
+	serve(t, root, &fakeDriver{name: driver, nodeID: "id-a2"})
+	waitForCSINode(t, client, "took the restarted driver's node ID", func(n *storagev1.CSINode) bool {
+		return len(n.Spec.Drivers) == 1 && n.Spec.Drivers[0].NodeID == "id-a2" && n.Spec.Drivers[0].Allocatable == nil
 	})
 }
 
