@@ -121,7 +121,7 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	var loops map[string]func(context.Context) error
 	switch cfg.Provider {
 	case config.ProviderProcess:
-		nodes, loops, err = processNode(client, recorder, cfg)
+		nodes, loops, err = processNode(client, recorder, cfg, clusterFactory, nodeFactory)
 	default:
 		nodes, err = simNodes(managed, cfg, volumes)
 	}

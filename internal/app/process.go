@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -29,33 +27,10 @@ import (
 )
 
 // processNode builds the one node of the process provider, and the loops
-// that supervise its pods and register its CSI drivers. The informers its
-// CSI volumes read are its own, started by one of the loops.
-func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config) ([]node.Node, map[string]func(context.Context) error, error) {
-	cluster := informers.NewSharedInformerFactory(client, 0)
-	nodes := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
-		}))
-	built, loops, err := processNodeWithInformers(client, recorder, cfg, cluster, nodes)
-	if err != nil {
-		return nil, nil, err
-	}
-	loops["process provider informers"] = func(ctx context.Context) error {
-		cluster.Start(ctx.Done())
-		nodes.Start(ctx.Done())
-		<-ctx.Done()
-		cluster.Shutdown()
-		nodes.Shutdown()
-		return nil
-	}
-	return built, loops, nil
-}
-
-// processNodeWithInformers builds the process provider's node with the
-// informers of the caller, who starts them: claims, volumes, CSI drivers
-// and volume attachments from cluster, and the node (at least) from nodes.
-func processNodeWithInformers(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
+// that supervise its pods and register its CSI drivers, with the informers
+// of the caller, who starts them: claims, volumes, CSI drivers and volume
+// attachments from cluster, and the node (at least) from nodes.
+func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
 	cluster, nodes informers.SharedInformerFactory) ([]node.Node, map[string]func(context.Context) error, error) {
 	rt, err := runtime.NewManager(runtime.Options{
 		Exe:         shimBinary(),
