@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/test/csidriver"
 )
@@ -57,4 +60,36 @@ func TestVolumeCSIAttachMountDetach(t *testing.T) {
 	if _, inUse := nodeVolumes(t, node); slices.Contains(inUse, unique) {
 		t.Errorf("volumesInUse = %v after the pod is gone", inUse)
 	}
+}
+
+// TestVolumeAttachFailureKeepsPodWaiting: while the driver refuses to
+// attach, the pod's container waits in ContainerCreating saying why and the
+// pod gets FailedAttachVolume warnings; once the driver recovers, the pod
+// runs.
+func TestVolumeAttachFailureKeepsPodWaiting(t *testing.T) {
+	node := uniqueName(t)
+	pa := startProcessNodelet(t, node)
+	d := startCSIDriver(t, func(driver string) string { return filepath.Join(pa.rootDir, "plugins", driver, "csi.sock") }, node)
+	ns := newNamespace(t)
+	handle, _ := staticVolume(t, d, ns, "data", corev1.ReadWriteOnce)
+	d.FailControllerPublish(handle, errors.New("e2e: attach refused"))
+
+	apply(t, ns, claimPod("waiter", node, "data"))
+	eventually(t, 60*time.Second, "a FailedAttachVolume warning naming the driver's error", func() (bool, string) {
+		out, _ := kubectlErr("get", "events", "-n", ns, "--field-selector", "involvedObject.name=waiter,reason=FailedAttachVolume", "-o", "jsonpath={.items[*].message}")
+		return strings.Contains(out, "attach refused"), out
+	})
+	p, err := client.CoreV1().Pods(ns).Get(context.Background(), "waiter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil ||
+		p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating" || p.Status.ContainerStatuses[0].State.Waiting.Message == "" {
+		t.Errorf("pod while its volume cannot attach: %s, want its container waiting in ContainerCreating with a message", podState(p))
+	}
+	t.Logf("pod while its volume cannot attach: %s", podState(p))
+
+	d.FailControllerPublish(handle, nil)
+	waitPodPhase(t, ns, "waiter", "Running", 90*time.Second)
+	waitAttached(t, d, handle, node)
 }
