@@ -93,3 +93,48 @@ func TestVolumeAttachFailureKeepsPodWaiting(t *testing.T) {
 	waitPodPhase(t, ns, "waiter", "Running", 90*time.Second)
 	waitAttached(t, d, handle, node)
 }
+
+// TestVolumeSurvivesAgentRestart: kill -9 of the agent leaves a pod's CSI
+// volume attached and mounted, the container running; the restarted agent
+// still unmounts and detaches it when the pod goes.
+func TestVolumeSurvivesAgentRestart(t *testing.T) {
+	node := uniqueName(t)
+	pa := startProcessNodelet(t, node)
+	d := startCSIDriver(t, func(driver string) string { return filepath.Join(pa.rootDir, "plugins", driver, "csi.sock") }, node)
+	ns := newNamespace(t)
+	handle, _ := staticVolume(t, d, ns, "data", corev1.ReadWriteOnce)
+	apply(t, ns, claimPod("survivor", node, "data", "sh", "-c", "echo before > /data/restart; sleep 3600"))
+	waitPodPhase(t, ns, "survivor", "Running", 90*time.Second)
+	waitAttached(t, d, handle, node)
+	started := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].state.running.startedAt}")
+	detachesBefore := countCalls(d, csidriver.ControllerUnpublishVolume, handle, false)
+
+	pa.kill()
+	pa.start()
+	waitReady(t, node, 30*time.Second)
+	eventually(t, 30*time.Second, "agent reconciled its pods after the restart", func() (bool, string) {
+		return strings.Contains(pa.logText(), "Start-up reconcile done"), lastLines(pa.logText(), 3)
+	})
+	// The container writes through the mount it kept.
+	kubectl(t, "exec", "-n", ns, "survivor", "--", "sh", "-c", "echo after > /data/restart")
+	if data, err := os.ReadFile(filepath.Join(d.VolumePath(handle), "restart")); err != nil || strings.TrimSpace(string(data)) != "after" {
+		t.Errorf("write through the mount after the restart: %q %v, want \"after\" in the volume's directory", data, err)
+	}
+	out := kubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.running.startedAt}")
+	if out != "Running 0 "+started {
+		t.Errorf("after the agent restart: %q, want Running, restartCount 0, startedAt %s", out, started)
+	}
+	if va := attachment(t, d.Name(), handle, node); va == nil || !va.Status.Attached || va.DeletionTimestamp != nil {
+		t.Errorf("VolumeAttachment after the agent restart: %s, want attached", describeAttachment(va))
+	}
+	if n := countCalls(d, csidriver.ControllerUnpublishVolume, handle, false); n != detachesBefore {
+		t.Errorf("%d detaches during the agent restart, want none", n-detachesBefore)
+	}
+
+	kubectl(t, "delete", "pod", "-n", ns, "survivor", "--timeout=60s")
+	waitDetached(t, d, handle, node, 60*time.Second)
+	unpublish, ok := lastCall(d, csidriver.NodeUnpublishVolume, handle)
+	if detach, _ := lastCall(d, csidriver.ControllerUnpublishVolume, handle); !ok || !unpublish.End.Before(detach.Start) {
+		t.Errorf("unpublish %+v, detach %+v: want an unmount that ended before the detach began", unpublish, detach)
+	}
+}
