@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -505,13 +506,17 @@ func TestCSIVolumeOfAProcessPod(t *testing.T) {
 	// Once the driver publishes, the container writes through the mount.
 	e.driver.setFail("NodePublishVolume", nil)
 	e.written()
-	running, err := e.p.GetPod(e.ctx, "app", "web")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cs := running.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil {
-		t.Fatalf("container status = %+v, want running", cs)
-	}
+	// The container may write before the provider has reported it running.
+	e.eventually("the container reported running", func() error {
+		running, err := e.p.GetPod(e.ctx, "app", "web")
+		if err != nil {
+			return err
+		}
+		if cs := running.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil {
+			return fmt.Errorf("container status = %+v, want running", cs)
+		}
+		return nil
+	})
 
 	// Deleted: unpublished, then unstaged; no longer in use.
 	for len(e.notified) > 0 {
