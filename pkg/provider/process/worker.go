@@ -651,6 +651,9 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	cs.started, cs.ready = false, false
 	w.mu.Unlock()
 	if err := sb.StartContainer(ctx, spec); err != nil {
+		if ctx.Err() != nil {
+			return 0 // the agent is stopping: the next one sees what the sandbox did
+		}
 		logger.Error(err, "Starting container failed")
 		w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		return 0 // recorded as exited: the restart policy decides

@@ -229,6 +229,37 @@ func TestStartError(t *testing.T) {
 	}
 }
 
+// TestStartCancelledByTheAgentRecordsNoFailure: a start whose request the
+// agent gives up because it is stopping records no StartError: the sandbox
+// may have started the container, and a recorded failure would make the
+// next agent restart it. The next agent decides, from what the sandbox
+// runs: here the request never left, so it finds a start that never
+// happened.
+func TestStartCancelledByTheAgentRecordsNoFailure(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	stopping, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if err := s.StartContainer(stopping, ContainerSpec{Name: "main", Args: []string{"sleep", "3600"}}); err == nil {
+		t.Fatal("a start with the agent's context cancelled succeeded")
+	}
+	if st, _ := s.Container("main"); st.State == StateExited {
+		t.Fatalf("status after a cancelled start = %+v, want no exit recorded", st)
+	}
+
+	m2, err := NewManager(Options{RootDir: e.root, Exe: e.m.opts.Exe, CgroupName: "nodelet-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := m2.Sandboxes(e.ctx)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("Sandboxes = %v, %v", all, err)
+	}
+	if st, _ := all[0].Container("main"); st.State != StateExited || st.Reason != ReasonStartError {
+		t.Errorf("status seen by the next agent = %+v, want a start that never happened (StartError)", st)
+	}
+}
+
 func TestStopGrace(t *testing.T) {
 	e := newEnv(t, Options{})
 	s := e.sandbox()

@@ -170,6 +170,12 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 		s.mu.Unlock()
 	}()
 	reply, err := s.request(ctx, filepath.Join(s.dir, sandboxSock), message{Op: opStart, Name: spec.Name, Attempt: spec.Attempt})
+	if err != nil && ctx.Err() != nil {
+		// The agent is stopping: the sandbox may have started the attempt.
+		// The next agent finds it running, or finalizes a start that never
+		// happened; recording a failure here would restart a live container.
+		return fmt.Errorf("start container %s: %w", spec.Name, err)
+	}
 	if err != nil {
 		s.recordStartError(spec.Name, spec.Attempt, err.Error())
 		return fmt.Errorf("start container %s: %w", spec.Name, err)
