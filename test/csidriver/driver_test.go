@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/pkg/provider/process/mountinfo"
 )
 
 const testDriverName = "csi.nodelet.test"
@@ -482,20 +484,6 @@ func TestNodePublishWithoutStaging(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountPath(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain`:             "/plain",
-		`/with\040space`:     "/with space",
-		`/back\134slash`:     `/back\slash`,
-		`/short\04`:          `/short\04`,
-		`/not\999octal\011x`: "/not\\999octal\tx",
-	} {
-		if got := unescapeMountPath(in); got != want {
-			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // start serves a driver with the test driver name and a temporary data
 // directory on a temporary socket, and returns it with a client.
 func start(t *testing.T, opts Options) (*Driver, *client) {
@@ -593,19 +581,14 @@ func mountsUnder(t *testing.T, dir string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var points []string
-	for line := range strings.SplitSeq(string(table), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountPath(fields[4])
-		if p == real || strings.HasPrefix(p, real+"/") {
-			points = append(points, p)
+	for _, m := range mounts {
+		if m.Point == real || strings.HasPrefix(m.Point, real+"/") {
+			points = append(points, m.Point)
 		}
 	}
 	return points

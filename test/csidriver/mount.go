@@ -1,17 +1,15 @@
 package csidriver
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/pkg/provider/process/mountinfo"
 )
 
 // mountInfo is what the driver needs to know of a mount.
@@ -30,27 +28,18 @@ func findMount(path string) (mountInfo, bool, error) {
 	if err != nil {
 		return mountInfo{}, false, err
 	}
-	table, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
-		return mountInfo{}, false, fmt.Errorf("read mount table: %w", err)
+		return mountInfo{}, false, err
 	}
 	var found mountInfo
 	mounted := false
-	sc := bufio.NewScanner(bytes.NewReader(table))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// Fields: ID, parent ID, major:minor, root, mount point, mount
-		// options, optional fields..., "-", type, source, super options.
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || unescapeMountPath(fields[4]) != real {
-			continue
+	for _, m := range mounts {
+		if m.Point == real {
+			// Later mounts lie on top of earlier ones.
+			mounted = true
+			found = mountInfo{readOnly: hasOption(m.Options, "ro")}
 		}
-		// Later lines are mounted on top of earlier ones.
-		mounted = true
-		found = mountInfo{readOnly: hasOption(fields[5], "ro")}
-	}
-	if err := sc.Err(); err != nil {
-		return mountInfo{}, false, fmt.Errorf("parse mount table: %w", err)
 	}
 	return found, mounted, nil
 }
@@ -109,26 +98,6 @@ func resolve(path string) (string, error) {
 		return "", fmt.Errorf("resolve %s: %w", path, err)
 	}
 	return real, nil
-}
-
-// unescapeMountPath undoes the octal escapes (\040 for a space, and so on)
-// of paths in /proc/self/mountinfo.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func hasOption(options, option string) bool {

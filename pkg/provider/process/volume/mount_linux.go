@@ -1,14 +1,13 @@
 package volume
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/nodelet/nodelet/pkg/provider/process/mountinfo"
 )
 
 // ensureTmpfs mounts a tmpfs with the given options on dir unless something
@@ -86,45 +85,15 @@ func device(p string) (uint64, error) {
 
 // mountPoints returns the mount points of this mount namespace.
 func mountPoints() (map[string]bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	points := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options ...
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
-			points[unescapeOctal(fields[4])] = true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
+	points := make(map[string]bool, len(mounts))
+	for _, m := range mounts {
+		points[m.Point] = true
 	}
 	return points, nil
-}
-
-// unescapeOctal undoes the \NNN escapes of the mount table (space, tab,
-// newline, backslash).
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // removeTree removes root and everything under it without following
