@@ -1,0 +1,114 @@
+package cri
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// etcHostsPath is where containers find the hosts file, and where the node
+// keeps its own.
+const etcHostsPath = "/etc/hosts"
+
+// needsHostsFile says whether the pod's containers get a managed /etc/hosts,
+// as the kubelet decides: pods on the host network always, other pods once
+// their sandbox has an IP address.
+func needsHostsFile(pod *corev1.Pod, podIPs []string) bool {
+	return pod.Spec.HostNetwork || len(podIPs) > 0
+}
+
+// podHostsFile is the content of the pod's managed /etc/hosts: for a pod on
+// the host network, the node's hosts file (read from nodeHostsPath, which
+// callers default to etcHostsPath) with the pod's host aliases; for any
+// other pod, the file managedHostsFile builds.
+func podHostsFile(pod *corev1.Pod, podIPs []string, clusterDomain, nodeHostsPath string) ([]byte, error) {
+	if pod.Spec.HostNetwork {
+		node, err := os.ReadFile(nodeHostsPath)
+		if err != nil {
+			return nil, fmt.Errorf("read the node's hosts file: %w", err)
+		}
+		return hostNetworkHostsFile(node, pod.Spec.HostAliases), nil
+	}
+	hostname, domain, err := podHostnameAndDomain(pod, clusterDomain)
+	if err != nil {
+		return nil, err
+	}
+	return managedHostsFile(podIPs, hostname, domain, pod.Spec.HostAliases), nil
+}
+
+// managedHostsFile is the hosts file of a pod on the pod network, as the
+// kubelet writes it: the localhost entries, each pod IP with the pod's host
+// name (preceded by its FQDN when the pod has a domain), then the pod's
+// host aliases.
+func managedHostsFile(podIPs []string, hostname, domain string, aliases []corev1.HostAlias) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Kubernetes-managed hosts file.\n")
+	b.WriteString("127.0.0.1\tlocalhost\n")
+	b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
+	b.WriteString("fe00::0\tip6-localnet\n")
+	b.WriteString("fe00::0\tip6-mcastprefix\n")
+	b.WriteString("fe00::1\tip6-allnodes\n")
+	b.WriteString("fe00::2\tip6-allrouters\n")
+	for _, ip := range podIPs {
+		if domain != "" {
+			fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", ip, hostname, domain, hostname)
+		} else {
+			fmt.Fprintf(&b, "%s\t%s\n", ip, hostname)
+		}
+	}
+	writeHostAliases(&b, aliases)
+	return b.Bytes()
+}
+
+// hostNetworkHostsFile is the hosts file of a pod on the host network: the
+// node's own, then the pod's host aliases.
+func hostNetworkHostsFile(node []byte, aliases []corev1.HostAlias) []byte {
+	var b bytes.Buffer
+	b.WriteString("# Kubernetes-managed hosts file (host network).\n")
+	b.Write(node)
+	writeHostAliases(&b, aliases)
+	return b.Bytes()
+}
+
+// writeHostAliases appends the section of a pod's host aliases, one line
+// per address.
+func writeHostAliases(b *bytes.Buffer, aliases []corev1.HostAlias) {
+	if len(aliases) == 0 {
+		return
+	}
+	b.WriteString("\n# Entries added by HostAliases.\n")
+	for _, a := range aliases {
+		fmt.Fprintf(b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+	}
+}
+
+// writeHostsFile replaces the file at path with content (mode 0644) by
+// writing a temporary file beside it and renaming it over the old one.
+// Containers that already bind-mount the old file keep seeing it, so it is
+// written before the first container starts and rewritten only with a new
+// sandbox.
+func writeHostsFile(path string, content []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write hosts file: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	_, err = tmp.Write(content)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("write hosts file %s: %w", path, err)
+	}
+	return nil
+}
