@@ -20,12 +20,12 @@ import (
 
 	"github.com/nodelet/nodelet/internal/app"
 	"github.com/nodelet/nodelet/pkg/config"
-	procruntime "github.com/nodelet/nodelet/pkg/provider/process/runtime"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 func main() {
-	if len(os.Args) > 1 && procruntime.IsSubcommand(os.Args[1]) {
-		os.Exit(procruntime.Main(os.Args[1:]))
+	if len(os.Args) > 1 && sandbox.IsSubcommand(os.Args[1]) {
+		os.Exit(sandbox.Main(os.Args[1:]))
 	}
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "config" {

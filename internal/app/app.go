@@ -30,13 +30,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/attachdetach"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/pod"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/sim"
 	"github.com/nodelet/nodelet/pkg/server"
-	"github.com/nodelet/nodelet/pkg/volume"
 )
 
 // Version is the agent's version, reported as the node's kubelet version.
@@ -107,7 +107,7 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	clusterFactory := informers.NewSharedInformerFactory(client, 0)
 
 	// Attach/detach comes first: the providers wait for it.
-	var volumes *volume.Controller
+	var volumes *attachdetach.Controller
 	volumeWriter := &laterWriter{}
 	if cfg.AttachDetachEnabled() {
 		volumes, err = newVolumeController(client, volumeInformers{pods: factory, nodes: nodeFactory, cluster: clusterFactory},
@@ -273,7 +273,7 @@ func podSelector(names []string) fields.Selector {
 
 // simNodes builds a sim provider for each managed node; its pods wait for
 // the attach of their volumes by volumes, when not nil.
-func simNodes(managed []managedNode, cfg *config.Config, volumes *volume.Controller) ([]node.Node, error) {
+func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.Controller) ([]node.Node, error) {
 	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
 	for _, c := range cfg.Sim.NodeConditions {
 		conditions = append(conditions, sim.NodeCondition{

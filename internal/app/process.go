@@ -15,15 +15,15 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/process"
-	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
-	"github.com/nodelet/nodelet/pkg/provider/process/env"
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
-	"github.com/nodelet/nodelet/pkg/provider/process/volume"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 	"github.com/nodelet/nodelet/pkg/server"
-	"github.com/nodelet/nodelet/pkg/volume/csi"
 )
 
 // processNode builds the one node of the process provider, and the loops
@@ -32,7 +32,7 @@ import (
 // attachments from cluster, and the node (at least) from nodes.
 func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
 	cluster, nodes informers.SharedInformerFactory) ([]node.Node, map[string]func(context.Context) error, error) {
-	rt, err := runtime.NewManager(runtime.Options{
+	rt, err := sandbox.NewManager(sandbox.Options{
 		Exe:         shimBinary(),
 		RootDir:     cfg.RootDir,
 		LogMaxSize:  cfg.ContainerLogMaxSize.Value(),
@@ -83,7 +83,7 @@ func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg
 
 	p, err := process.New(process.Parts{
 		Runtime:  rt,
-		Volumes:  volume.NewManager(client, volume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
+		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
 		Env:      env.NewGetter(client),
 		Recorder: recorder,
 		CSI:      mounter,

@@ -11,10 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodelet/nodelet/pkg/attachdetach"
+	simattach "github.com/nodelet/nodelet/pkg/attachdetach/simattacher"
 	"github.com/nodelet/nodelet/pkg/config"
-	"github.com/nodelet/nodelet/pkg/volume"
-	"github.com/nodelet/nodelet/pkg/volume/csi"
-	simattach "github.com/nodelet/nodelet/pkg/volume/sim"
+	"github.com/nodelet/nodelet/pkg/csi"
 )
 
 // ManagedAttachDetachAnnotation on a Node says whether the cluster's
@@ -33,11 +33,11 @@ type volumeInformers struct {
 // newVolumeController builds the attach/detach controller of the agent's
 // nodes, which reports attached volumes through writer. The informers it
 // asks for are started by the caller.
-func newVolumeController(client kubernetes.Interface, inf volumeInformers, names []string, writer volume.AttachedVolumesWriter,
-	recorder record.EventRecorder, cfg *config.Config) (*volume.Controller, error) {
+func newVolumeController(client kubernetes.Interface, inf volumeInformers, names []string, writer attachdetach.AttachedVolumesWriter,
+	recorder record.EventRecorder, cfg *config.Config) (*attachdetach.Controller, error) {
 	drivers := inf.cluster.Storage().V1().CSIDrivers()
-	attachRequired := volume.CSIDriverAttachRequired(drivers.Lister())
-	var plugin volume.Plugin
+	attachRequired := attachdetach.CSIDriverAttachRequired(drivers.Lister())
+	var plugin attachdetach.Plugin
 	switch cfg.AttachDetach.Attacher {
 	case config.AttacherSim:
 		p, err := simattach.New(simattach.Options{
@@ -63,13 +63,13 @@ func newVolumeController(client kubernetes.Interface, inf volumeInformers, names
 	for _, n := range names {
 		managed[n] = true
 	}
-	c, err := volume.NewController(volume.Plugins{plugin}, volume.Informers{
+	c, err := attachdetach.NewController(attachdetach.Plugins{plugin}, attachdetach.Informers{
 		Pods:    inf.pods.Core().V1().Pods().Informer(),
 		Nodes:   inf.nodes.Core().V1().Nodes().Informer(),
 		Claims:  inf.cluster.Core().V1().PersistentVolumeClaims().Informer(),
 		Volumes: inf.cluster.Core().V1().PersistentVolumes().Informer(),
-	}, func(node string) bool { return managed[node] }, writer, recorder, volume.Options{
-		Reconciler: volume.ReconcilerOptions{
+	}, func(node string) bool { return managed[node] }, writer, recorder, attachdetach.Options{
+		Reconciler: attachdetach.ReconcilerOptions{
 			LoopPeriod:        cfg.AttachDetach.ReconcilerLoopPeriod.Duration,
 			MaxWaitForUnmount: cfg.AttachDetach.MaxWaitForUnmount.Duration,
 			SyncPeriod:        cfg.AttachDetach.ReconcilerSyncPeriod.Duration,
@@ -84,7 +84,7 @@ func newVolumeController(client kubernetes.Interface, inf volumeInformers, names
 // laterWriter reports attached volumes through the node controller, which
 // is built after the volume controller.
 type laterWriter struct {
-	w volume.AttachedVolumesWriter
+	w attachdetach.AttachedVolumesWriter
 }
 
 func (l *laterWriter) SetVolumesAttached(ctx context.Context, node types.NodeName, volumes []corev1.AttachedVolume) error {
@@ -95,7 +95,7 @@ func (l *laterWriter) SetVolumesAttached(ctx context.Context, node types.NodeNam
 }
 
 // registerVolumeMetrics adds the volume controller's metrics to reg.
-func registerVolumeMetrics(reg prometheus.Registerer, c *volume.Controller) error {
+func registerVolumeMetrics(reg prometheus.Registerer, c *attachdetach.Controller) error {
 	if c == nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/mountinfo"
+	"github.com/nodelet/nodelet/pkg/mountinfo"
 )
 
 const testDriverName = "csi.nodelet.test"

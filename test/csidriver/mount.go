@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/mountinfo"
+	"github.com/nodelet/nodelet/pkg/mountinfo"
 )
 
 // mountInfo is what the driver needs to know of a mount.

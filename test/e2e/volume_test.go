@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/pkg/volume"
-	"github.com/nodelet/nodelet/pkg/volume/csi"
+	"github.com/nodelet/nodelet/pkg/attachdetach"
+	"github.com/nodelet/nodelet/pkg/csi"
 	"github.com/nodelet/nodelet/test/csidriver"
 )
 
@@ -213,7 +213,7 @@ func staticVolume(t *testing.T, d *csiDriver, ns, claim string, mode corev1.Pers
 		}
 		return got.Status.Phase == corev1.ClaimBound, string(got.Status.Phase)
 	})
-	return handle, volume.CSIVolumeName(d.Name(), handle)
+	return handle, attachdetach.CSIVolumeName(d.Name(), handle)
 }
 
 // claimPod is a pod on node that mounts claim at /data and runs command.
@@ -291,7 +291,7 @@ func nodeVolumes(t *testing.T, node string) (attached, inUse []corev1.UniqueVolu
 // attached and the node lists the volume as attached.
 func waitAttached(t *testing.T, d *csiDriver, handle, node string) {
 	t.Helper()
-	unique := volume.CSIVolumeName(d.Name(), handle)
+	unique := attachdetach.CSIVolumeName(d.Name(), handle)
 	eventually(t, 60*time.Second, "volume "+handle+" attached to "+node, func() (bool, string) {
 		va := attachment(t, d.Name(), handle, node)
 		attached, _ := nodeVolumes(t, node)
@@ -304,7 +304,7 @@ func waitAttached(t *testing.T, d *csiDriver, handle, node string) {
 // the node no longer lists the volume as attached.
 func waitDetached(t *testing.T, d *csiDriver, handle, node string, timeout time.Duration) {
 	t.Helper()
-	unique := volume.CSIVolumeName(d.Name(), handle)
+	unique := attachdetach.CSIVolumeName(d.Name(), handle)
 	eventually(t, timeout, "volume "+handle+" detached from "+node, func() (bool, string) {
 		va := attachment(t, d.Name(), handle, node)
 		attached, _ := nodeVolumes(t, node)

@@ -29,20 +29,20 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/attachdetach"
+	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
-	"github.com/nodelet/nodelet/pkg/provider/process/env"
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
-	"github.com/nodelet/nodelet/pkg/provider/process/volume"
-	pkgvolume "github.com/nodelet/nodelet/pkg/volume"
-	"github.com/nodelet/nodelet/pkg/volume/csi"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 // The test binary doubles as the nodelet binary for the runtime's
 // subcommands.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && runtime.IsSubcommand(os.Args[1]) {
-		os.Exit(runtime.Main(os.Args[1:]))
+	if len(os.Args) > 1 && sandbox.IsSubcommand(os.Args[1]) {
+		os.Exit(sandbox.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
@@ -116,7 +116,7 @@ func (d *dirDriver) NodeGetCapabilities(context.Context, *csipb.NodeGetCapabilit
 }
 
 func bindOnce(source, target string) error {
-	if mounted, err := volume.IsMountPoint(target); err != nil || mounted {
+	if mounted, err := hostvolume.IsMountPoint(target); err != nil || mounted {
 		return err
 	}
 	return unix.Mount(source, target, "", unix.MS_BIND, "")
@@ -187,7 +187,7 @@ type csiEnv struct {
 	// The running agent's parts; stop ends it, leaving its pods running.
 	p    *Provider
 	m    *csimount.Manager
-	rt   *runtime.Manager
+	rt   *sandbox.Manager
 	stop func()
 }
 
@@ -284,12 +284,12 @@ func (e *csiEnv) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := runtime.NewManager(runtime.Options{Exe: exe, RootDir: e.root, CgroupName: "nodelet-test-process"})
+	rt, err := sandbox.NewManager(sandbox.Options{Exe: exe, RootDir: e.root, CgroupName: "nodelet-test-process"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := New(Parts{
-		Runtime: rt, Volumes: volume.NewManager(e.client, volume.Options{RootDir: e.root}),
+		Runtime: rt, Volumes: hostvolume.NewManager(e.client, hostvolume.Options{RootDir: e.root}),
 		Env: env.NewGetter(e.client), Recorder: e.recorder, CSI: m,
 	}, Options{NodeName: csiNodeName, Address: "127.0.0.1", RootDir: e.root})
 	if err != nil {
@@ -404,7 +404,7 @@ func (e *csiEnv) volumesInUse() []corev1.UniqueVolumeName {
 	return n.Status.VolumesInUse
 }
 
-var csiUnique = pkgvolume.CSIVolumeName(csiDriverName, csiHandle)
+var csiUnique = attachdetach.CSIVolumeName(csiDriverName, csiHandle)
 
 // csiPod writes into its CSI volume and sleeps.
 func csiPod(t *testing.T) *corev1.Pod {

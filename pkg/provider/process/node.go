@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 // hostInfo is what the node reports of the host, read once.
@@ -175,8 +175,8 @@ func setCondition(s *corev1.NodeStatus, typ corev1.NodeConditionType, status cor
 // CPU share of the pod's effective requests, and the CPU and memory limits
 // only when every container has one (the sum of the app containers' or the
 // largest init container's, whichever is more).
-func podResources(pod *corev1.Pod) runtime.Resources {
-	r := runtime.Resources{CPURequestMillis: provider.PodRequests(pod).MilliCPU}
+func podResources(pod *corev1.Pod) sandbox.Resources {
+	r := sandbox.Resources{CPURequestMillis: provider.PodRequests(pod).MilliCPU}
 	value := func(q resource.Quantity, name corev1.ResourceName) int64 {
 		if name == corev1.ResourceCPU {
 			return q.MilliValue()
@@ -206,8 +206,8 @@ func podResources(pod *corev1.Pod) runtime.Resources {
 	return r
 }
 
-func resources(c *corev1.Container) runtime.Resources {
-	var r runtime.Resources
+func resources(c *corev1.Container) sandbox.Resources {
+	var r sandbox.Resources
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		r.MemoryLimitBytes = q.Value()
 	}

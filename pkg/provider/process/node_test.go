@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 func container(requests, limits corev1.ResourceList) corev1.Container {
@@ -26,21 +26,21 @@ func TestPodResources(t *testing.T) {
 	}
 	for name, c := range map[string]struct {
 		init, app []corev1.Container
-		want      runtime.Resources
+		want      sandbox.Resources
 	}{
 		"no resources": {app: []corev1.Container{container(nil, nil)}},
 		"limits on every container add up": {
 			app:  []corev1.Container{container(cpuMem("100m", ""), cpuMem("200m", "64Mi")), container(cpuMem("50m", ""), cpuMem("300m", "32Mi"))},
-			want: runtime.Resources{CPURequestMillis: 150, CPULimitMillis: 500, MemoryLimitBytes: 96 << 20},
+			want: sandbox.Resources{CPURequestMillis: 150, CPULimitMillis: 500, MemoryLimitBytes: 96 << 20},
 		},
 		"one container without a limit lifts the pod's": {
 			app:  []corev1.Container{container(cpuMem("100m", ""), cpuMem("200m", "64Mi")), container(nil, cpuMem("", "32Mi"))},
-			want: runtime.Resources{CPURequestMillis: 100, MemoryLimitBytes: 96 << 20},
+			want: sandbox.Resources{CPURequestMillis: 100, MemoryLimitBytes: 96 << 20},
 		},
 		"a larger init container sets the limit": {
 			init: []corev1.Container{container(cpuMem("1", ""), cpuMem("1", "1Gi"))},
 			app:  []corev1.Container{container(cpuMem("100m", ""), cpuMem("200m", "64Mi"))},
-			want: runtime.Resources{CPURequestMillis: 1000, CPULimitMillis: 1000, MemoryLimitBytes: 1 << 30},
+			want: sandbox.Resources{CPURequestMillis: 1000, CPULimitMillis: 1000, MemoryLimitBytes: 1 << 30},
 		},
 	} {
 		pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: c.init, Containers: c.app}}

@@ -35,11 +35,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
-	"github.com/nodelet/nodelet/pkg/provider/process/env"
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
-	"github.com/nodelet/nodelet/pkg/provider/process/volume"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 var (
@@ -86,8 +86,8 @@ const DefaultCleanUpPeriod = time.Minute
 // Parts are what the provider runs pods with. CSI is optional: without it,
 // pods with persistentVolumeClaim volumes cannot start.
 type Parts struct {
-	Runtime  *runtime.Manager
-	Volumes  *volume.Manager
+	Runtime  *sandbox.Manager
+	Volumes  *hostvolume.Manager
 	Env      env.Getter
 	Recorder record.EventRecorder
 	CSI      *csimount.Manager
@@ -251,7 +251,7 @@ func (p *Provider) doLoad() error {
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
-	byUID := map[types.UID]*runtime.Sandbox{}
+	byUID := map[types.UID]*sandbox.Sandbox{}
 	for _, s := range sandboxes {
 		byUID[s.Spec().UID] = s
 	}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 // A pod's status is computed, every time, from a view of its containers:
@@ -21,8 +21,8 @@ import (
 // containerView is what the status of one container is computed from.
 type containerView struct {
 	spec     *corev1.Container
-	latest   *runtime.ContainerStatus // nil: never started
-	previous *runtime.ContainerStatus
+	latest   *sandbox.ContainerStatus // nil: never started
+	previous *sandbox.ContainerStatus
 	// waiting says why a container that is not running waits (for
 	// example CrashLoopBackOff, or a configuration error); empty for the
 	// default (ContainerCreating, PodInitializing).
@@ -53,7 +53,7 @@ func containerID(uid types.UID, name string, attempt int) string {
 	return fmt.Sprintf("nodelet://%s/%s/%d", uid, name, attempt)
 }
 
-func terminatedState(uid types.UID, st *runtime.ContainerStatus) *corev1.ContainerStateTerminated {
+func terminatedState(uid types.UID, st *sandbox.ContainerStatus) *corev1.ContainerStateTerminated {
 	return &corev1.ContainerStateTerminated{
 		ExitCode:    int32(st.ExitCode),
 		Signal:      int32(st.Signal),
@@ -69,7 +69,7 @@ func terminatedState(uid types.UID, st *runtime.ContainerStatus) *corev1.Contain
 func containerStatus(uid types.UID, v *containerView, defaultWaiting string) corev1.ContainerStatus {
 	c := v.spec
 	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Started: new(bool)}
-	if v.previous != nil && v.previous.State == runtime.StateExited {
+	if v.previous != nil && v.previous.State == sandbox.StateExited {
 		cs.LastTerminationState.Terminated = terminatedState(uid, v.previous)
 	}
 	st := v.latest
@@ -84,7 +84,7 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 	cs.RestartCount = int32(st.Attempt)
 	cs.ContainerID = containerID(uid, st.Name, st.Attempt)
 	switch {
-	case st.State == runtime.StateRunning:
+	case st.State == sandbox.StateRunning:
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(st.StartedAt)}
 		*cs.Started = v.started
 		cs.Ready = v.ready

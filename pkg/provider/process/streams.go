@@ -13,14 +13,14 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 // What kubectl logs, exec, attach and port-forward reach through the
 // kubelet API server.
 
 // container finds a pod's sandbox and checks that it has the container.
-func (p *Provider) container(namespace, pod, container string) (*podWorker, *runtime.Sandbox, error) {
+func (p *Provider) container(namespace, pod, container string) (*podWorker, *sandbox.Sandbox, error) {
 	w, err := p.worker(namespace, pod)
 	if err != nil {
 		return nil, nil, err
@@ -60,7 +60,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, pod, contain
 	if !ok {
 		return nil, fmt.Errorf("container %q in pod %q is waiting to start", container, pod)
 	}
-	lo := runtime.LogOptions{Follow: opts.Follow, Timestamps: opts.Timestamps, TailLines: -1, LimitBytes: int64(opts.LimitBytes)}
+	lo := sandbox.LogOptions{Follow: opts.Follow, Timestamps: opts.Timestamps, TailLines: -1, LimitBytes: int64(opts.LimitBytes)}
 	if opts.Tail > 0 {
 		lo.TailLines = opts.Tail
 	}
@@ -73,11 +73,11 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, pod, contain
 	attempt := st.Attempt
 	running := func() bool {
 		cur, ok := sb.Container(container)
-		return ok && cur.Attempt == attempt && cur.State == runtime.StateRunning
+		return ok && cur.Attempt == attempt && cur.State == sandbox.StateRunning
 	}
 	r, w := io.Pipe()
 	go func() {
-		w.CloseWithError(runtime.ReadLogs(ctx, sb.LogPath(container, attempt), lo, running, w))
+		w.CloseWithError(sandbox.ReadLogs(ctx, sb.LogPath(container, attempt), lo, running, w))
 	}()
 	return r, nil
 }
@@ -107,8 +107,8 @@ func (p *Provider) AttachToContainer(ctx context.Context, namespace, pod, contai
 	return sb.Attach(ctx, container, streamIO(attach))
 }
 
-func streamIO(a provider.AttachIO) runtime.StreamIO {
-	s := runtime.StreamIO{Stdin: a.Stdin(), TTY: a.TTY()}
+func streamIO(a provider.AttachIO) sandbox.StreamIO {
+	s := sandbox.StreamIO{Stdin: a.Stdin(), TTY: a.TTY()}
 	// Typed nil writers must stay untyped nil.
 	if w := a.Stdout(); w != nil {
 		s.Stdout = w
@@ -117,11 +117,11 @@ func streamIO(a provider.AttachIO) runtime.StreamIO {
 		s.Stderr = w
 	}
 	if in := a.Resize(); in != nil {
-		out := make(chan runtime.TermSize)
+		out := make(chan sandbox.TermSize)
 		go func() {
 			defer close(out)
 			for size := range in {
-				out <- runtime.TermSize{Width: size.Width, Height: size.Height}
+				out <- sandbox.TermSize{Width: size.Width, Height: size.Height}
 			}
 		}()
 		s.Resize = out

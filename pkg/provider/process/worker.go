@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/csimount"
-	"github.com/nodelet/nodelet/pkg/provider/process/env"
-	"github.com/nodelet/nodelet/pkg/provider/process/probe"
-	"github.com/nodelet/nodelet/pkg/provider/process/runtime"
-	"github.com/nodelet/nodelet/pkg/provider/process/volume"
+	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 var metav1Zero metav1.Time
@@ -44,7 +44,7 @@ const (
 
 // backOff is the wait before the restart of a container that exited after
 // the run st, its attempt-th restart.
-func backOff(st *runtime.ContainerStatus) time.Duration {
+func backOff(st *sandbox.ContainerStatus) time.Duration {
 	if st.FinishedAt.Sub(st.StartedAt) >= backOffReset {
 		return initialBackOff
 	}
@@ -71,7 +71,7 @@ type podWorker struct {
 	pod         *corev1.Pod
 	status      corev1.PodStatus
 	startTime   time.Time
-	sandbox     *runtime.Sandbox
+	sandbox     *sandbox.Sandbox
 	volumePaths map[string]string
 	containers  map[string]*containerState
 	failReason  string
@@ -278,7 +278,7 @@ func (w *podWorker) viewLocked() *podView {
 		if w.sandbox != nil {
 			if st, ok := w.sandbox.Container(c.Name); ok {
 				cv.latest = &st
-				if st.State == runtime.StateExited {
+				if st.State == sandbox.StateExited {
 					cv.final = w.gone || w.failReason != "" || !restarts(w.pod, c, init, st.ExitCode)
 				}
 			}
@@ -358,7 +358,7 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 		case !ok:
 			soonest(w.startContainer(ctx, pod, c, 0))
 			return next
-		case st.State == runtime.StateRunning:
+		case st.State == sandbox.StateRunning:
 			w.syncProbes(ctx, pod, c, st)
 			return next
 		case st.ExitCode == 0:
@@ -379,7 +379,7 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 			continue
 		}
 		w.syncProbes(ctx, pod, c, st)
-		if st.State != runtime.StateRunning && restarts(pod, c, false, st.ExitCode) {
+		if st.State != sandbox.StateRunning && restarts(pod, c, false, st.ExitCode) {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
 		}
 	}
@@ -406,7 +406,7 @@ func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Dura
 	}
 	if sb == nil {
 		var err error
-		sb, err = w.p.parts.Runtime.EnsureSandbox(ctx, runtime.SandboxSpec{
+		sb, err = w.p.parts.Runtime.EnsureSandbox(ctx, sandbox.SandboxSpec{
 			UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Hostname: pod.Name, Resources: podResources(pod),
 		})
 		if err != nil {
@@ -587,7 +587,7 @@ func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
 
 // restartAfterBackOff restarts an exited container once its back-off has
 // passed; until then it waits in CrashLoopBackOff.
-func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st runtime.ContainerStatus) time.Duration {
+func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st sandbox.ContainerStatus) time.Duration {
 	d := backOff(&st)
 	at := st.FinishedAt.Add(d)
 	if wait := at.Sub(w.p.clock.Now()); wait > 0 {
@@ -628,12 +628,12 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	paths := w.volumePaths
 	sb := w.sandbox
 	w.mu.Unlock()
-	mounts, err := volume.ContainerMounts(pod, c, paths, byName)
+	mounts, err := hostvolume.ContainerMounts(pod, c, paths, byName)
 	if err != nil {
 		w.wait(c, "CreateContainerConfigError", err.Error(), true)
 		return retryAfter
 	}
-	spec := runtime.ContainerSpec{
+	spec := sandbox.ContainerSpec{
 		Name:       c.Name,
 		Attempt:    attempt,
 		Args:       expandArgs(append(append([]string{}, c.Command...), c.Args...), byName),
@@ -643,7 +643,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		Stdin:      c.Stdin, StdinOnce: c.StdinOnce, TTY: c.TTY,
 	}
 	for _, m := range mounts {
-		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
 	}
 	w.mu.Lock()
 	cs := w.containerLocked(c.Name)
@@ -697,7 +697,7 @@ func (w *podWorker) postStart(ctx context.Context, c *corev1.Container, attempt 
 		if sb == nil {
 			return
 		}
-		if st, ok := sb.Container(c.Name); ok && st.Attempt == attempt && st.State == runtime.StateRunning {
+		if st, ok := sb.Container(c.Name); ok && st.Attempt == attempt && st.State == sandbox.StateRunning {
 			w.event(corev1.EventTypeNormal, "Killing", "FailedPostStartHook")
 			_ = sb.StopContainer(ctx, c.Name, gracePeriod(w.spec()))
 		}
@@ -706,7 +706,7 @@ func (w *podWorker) postStart(ctx context.Context, c *corev1.Container, attempt 
 
 // currentSandbox is the pod's sandbox, for goroutines other than the
 // worker's own (the worker sets it once the sandbox runs).
-func (w *podWorker) currentSandbox() *runtime.Sandbox {
+func (w *podWorker) currentSandbox() *sandbox.Sandbox {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.sandbox
@@ -726,7 +726,7 @@ func (e execer) ExecSync(ctx context.Context, container string, argv []string) (
 		return nil, 0, errors.New("pod sandbox is not running")
 	}
 	var out limitedBuffer
-	code, err := sb.Exec(ctx, container, argv, runtime.StreamIO{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
+	code, err := sb.Exec(ctx, container, argv, sandbox.StreamIO{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
 	if err != nil && ctx.Err() == nil {
 		e.w.logger(ctx).Error(err, "Running a probe or hook command failed", "container", container, "command", argv)
 	}
@@ -756,11 +756,11 @@ func (b *limitedBuffer) Bytes() []byte {
 
 // syncProbes runs the container's probes for its running attempt and
 // stops them when it is not running.
-func (w *podWorker) syncProbes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st runtime.ContainerStatus) {
+func (w *podWorker) syncProbes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st sandbox.ContainerStatus) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cs := w.containerLocked(c.Name)
-	running := st.State == runtime.StateRunning
+	running := st.State == sandbox.StateRunning
 	if cs.probeCancel != nil && (!running || cs.probeAttempt != st.Attempt) {
 		cs.probeCancel()
 		cs.probeCancel = nil
@@ -877,7 +877,7 @@ func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			c := &list[i]
-			if st, ok := sb.Container(c.Name); !ok || st.State != runtime.StateRunning {
+			if st, ok := sb.Container(c.Name); !ok || st.State != sandbox.StateRunning {
 				continue
 			}
 			wg.Go(func() {

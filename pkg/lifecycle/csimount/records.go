@@ -1,0 +1,175 @@
+package csimount
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/csi"
+)
+
+// Where volumes are published and staged, as the kubelet lays them out.
+const (
+	// podPluginDir is the CSI volumes' directory under a pod's volumes.
+	podPluginDir = "kubernetes.io~csi"
+	// targetName is the publish target in a volume's directory.
+	targetName = "mount"
+	// stagingName is the staging target in a staged volume's directory.
+	stagingName = "globalmount"
+	// recordName is the record in a published or staged volume's directory.
+	recordName = "vol_data.json"
+)
+
+// publishRecord says that a volume of a pod is (or is being) published. It
+// is written before NodePublishVolume and removed after a successful
+// NodeUnpublishVolume, so it names everything the unpublish needs.
+type publishRecord struct {
+	Driver       string                  `json:"driver"`
+	VolumeHandle string                  `json:"volumeHandle"`
+	UniqueName   corev1.UniqueVolumeName `json:"uniqueName"`
+	// PersistentVolume is the volume's PersistentVolume, for messages.
+	PersistentVolume string `json:"persistentVolume,omitempty"`
+	TargetPath       string `json:"targetPath"`
+}
+
+// stageRecord says that a volume is (or is being) staged on the node.
+type stageRecord struct {
+	Driver       string                  `json:"driver"`
+	VolumeHandle string                  `json:"volumeHandle"`
+	UniqueName   corev1.UniqueVolumeName `json:"uniqueName"`
+	StagingPath  string                  `json:"stagingPath"`
+}
+
+// podVolumesDir is RootDir/pods/<uid>/volumes/kubernetes.io~csi.
+func (m *Manager) podVolumesDir(uid types.UID) string {
+	return filepath.Join(m.opts.RootDir, "pods", string(uid), "volumes", podPluginDir)
+}
+
+// volumeDir is the directory of one CSI volume of a pod: its record and its
+// publish target.
+func (m *Manager) volumeDir(uid types.UID, volume string) string {
+	return filepath.Join(m.podVolumesDir(uid), volume)
+}
+
+// stagingDir is the node-wide directory of a staged volume: its record and
+// its staging target.
+func (m *Manager) stagingDir(driver, handle string) string {
+	sum := sha256.Sum256([]byte(handle))
+	return filepath.Join(m.opts.RootDir, csi.PluginsDir, "kubernetes.io", "csi", driver, fmt.Sprintf("%x", sum))
+}
+
+// writeRecord writes v as JSON to dir/vol_data.json atomically, creating dir.
+func writeRecord(dir string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode record: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, recordName)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	return nil
+}
+
+func readRecord(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode record %s: %w", path, err)
+	}
+	return nil
+}
+
+// removeDir removes a volume's directory once its target is gone: the
+// record, then the directory, which must then be empty (a directory
+// something is still mounted in or written to is never emptied).
+func removeDir(dir string) error {
+	if err := os.Remove(filepath.Join(dir, recordName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove record: %w", err)
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// load reads the records an earlier agent left: the published volumes of
+// every pod and the staged volumes of the node. Unreadable records are
+// logged and left alone.
+func (m *Manager) load() {
+	m.loadOnce.Do(func() {
+		logger := m.logger
+		pods, err := filepath.Glob(filepath.Join(m.opts.RootDir, "pods", "*", "volumes", podPluginDir, "*", recordName))
+		if err != nil {
+			logger.Error(err, "Listing published CSI volumes failed")
+		}
+		staged, err := filepath.Glob(filepath.Join(m.opts.RootDir, csi.PluginsDir, "kubernetes.io", "csi", "*", "*", recordName))
+		if err != nil {
+			logger.Error(err, "Listing staged CSI volumes failed")
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, path := range pods {
+			var rec publishRecord
+			if err := readRecord(path, &rec); err != nil || rec.UniqueName == "" || rec.TargetPath == "" {
+				logger.Error(err, "Ignoring an unreadable record of a published CSI volume", "file", path)
+				continue
+			}
+			volDir := filepath.Dir(path)
+			uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(volDir)))))
+			pv := m.podLocked(uid)
+			pv.published[filepath.Base(volDir)] = &rec
+			pv.wanted[filepath.Base(volDir)] = rec.UniqueName
+		}
+		for _, path := range staged {
+			var rec stageRecord
+			if err := readRecord(path, &rec); err != nil || rec.UniqueName == "" || rec.StagingPath == "" {
+				logger.Error(err, "Ignoring an unreadable record of a staged CSI volume", "file", path)
+				continue
+			}
+			m.staged[rec.UniqueName] = &rec
+		}
+		logger.V(2).Info("Loaded CSI volume records", "published", len(pods), "staged", len(m.staged))
+	})
+}
+
+// podLocked returns the volumes of a pod, registering it.
+func (m *Manager) podLocked(uid types.UID) *podVolumes {
+	pv, ok := m.pods[uid]
+	if !ok {
+		pv = &podVolumes{
+			wanted:    map[string]corev1.UniqueVolumeName{},
+			published: map[string]*publishRecord{},
+			confirmed: map[string]bool{},
+		}
+		m.pods[uid] = pv
+	}
+	return pv
+}
