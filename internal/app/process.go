@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
@@ -81,8 +82,7 @@ func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg
 		return nil, nil, err
 	}
 
-	p, err := process.New(process.Parts{
-		Runtime:  rt,
+	p, err := process.New(rt, lifecycle.Parts{
 		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
 		Env:      env.NewGetter(client),
 		Recorder: recorder,

@@ -20,6 +20,7 @@ type Mount struct {
 	Source      string // host path, with symbolic links resolved
 	Destination string // the volumeMount's mountPath
 	ReadOnly    bool
+	Propagation corev1.MountPropagationMode // the volumeMount's, if set
 }
 
 // ContainerMounts resolves a container's volumeMounts against the host
@@ -75,9 +76,14 @@ func containerMount(volumes map[string]*corev1.Volume, paths, env map[string]str
 		}
 	}
 	_, content := contentPlugin(&vol.VolumeSource)
+	var propagation corev1.MountPropagationMode
+	if vm.MountPropagation != nil {
+		propagation = *vm.MountPropagation
+	}
 	return Mount{
 		Source:      src,
 		Destination: vm.MountPath,
+		Propagation: propagation,
 		ReadOnly:    vm.ReadOnly || content,
 	}, nil
 }

@@ -1,15 +1,12 @@
-package process
+package lifecycle
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 // A pod's status is computed, every time, from a view of its containers:
@@ -21,8 +18,8 @@ import (
 // containerView is what the status of one container is computed from.
 type containerView struct {
 	spec     *corev1.Container
-	latest   *sandbox.ContainerStatus // nil: never started
-	previous *sandbox.ContainerStatus
+	latest   *ContainerStatus // nil: never started
+	previous *ContainerStatus
 	// waiting says why a container that is not running waits (for
 	// example CrashLoopBackOff, or a configuration error); empty for the
 	// default (ContainerCreating, PodInitializing).
@@ -36,8 +33,10 @@ type containerView struct {
 
 // podView is what a pod's status is computed from.
 type podView struct {
-	pod       *corev1.Pod
-	hostIP    string
+	pod    *corev1.Pod
+	hostIP string
+	// podIPs are the sandbox's IPs; none: the pod uses the node's network.
+	podIPs    []string
 	startTime time.Time
 	sandbox   bool // the sandbox runs: containers can start
 	init      []containerView
@@ -48,12 +47,7 @@ type podView struct {
 	terminated bool
 }
 
-// containerID names one run of a container: its pod, name and attempt.
-func containerID(uid types.UID, name string, attempt int) string {
-	return fmt.Sprintf("nodelet://%s/%s/%d", uid, name, attempt)
-}
-
-func terminatedState(uid types.UID, st *sandbox.ContainerStatus) *corev1.ContainerStateTerminated {
+func terminatedState(uid types.UID, st *ContainerStatus) *corev1.ContainerStateTerminated {
 	return &corev1.ContainerStateTerminated{
 		ExitCode:    int32(st.ExitCode),
 		Signal:      int32(st.Signal),
@@ -61,7 +55,7 @@ func terminatedState(uid types.UID, st *sandbox.ContainerStatus) *corev1.Contain
 		Message:     st.Message,
 		StartedAt:   metav1.NewTime(st.StartedAt),
 		FinishedAt:  metav1.NewTime(st.FinishedAt),
-		ContainerID: containerID(uid, st.Name, st.Attempt),
+		ContainerID: st.ID,
 	}
 }
 
@@ -69,7 +63,7 @@ func terminatedState(uid types.UID, st *sandbox.ContainerStatus) *corev1.Contain
 func containerStatus(uid types.UID, v *containerView, defaultWaiting string) corev1.ContainerStatus {
 	c := v.spec
 	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Started: new(bool)}
-	if v.previous != nil && v.previous.State == sandbox.StateExited {
+	if v.previous != nil && v.previous.State == StateExited {
 		cs.LastTerminationState.Terminated = terminatedState(uid, v.previous)
 	}
 	st := v.latest
@@ -82,9 +76,12 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 		return cs
 	}
 	cs.RestartCount = int32(st.Attempt)
-	cs.ContainerID = containerID(uid, st.Name, st.Attempt)
+	cs.ContainerID = st.ID
+	if st.Image != "" {
+		cs.Image, cs.ImageID = st.Image, st.ImageID
+	}
 	switch {
-	case st.State == sandbox.StateRunning:
+	case st.State == StateRunning:
 		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(st.StartedAt)}
 		*cs.Started = v.started
 		cs.Ready = v.ready
@@ -107,12 +104,20 @@ func podStatus(v *podView) corev1.PodStatus {
 	now := metav1.Now()
 	s := corev1.PodStatus{
 		HostIP:   v.hostIP,
-		PodIP:    v.hostIP,
 		QOSClass: qosClass(pod),
 	}
 	if v.hostIP != "" {
 		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
-		s.PodIPs = []corev1.PodIP{{IP: v.hostIP}}
+	}
+	podIPs := v.podIPs
+	if len(podIPs) == 0 && v.hostIP != "" {
+		podIPs = []string{v.hostIP}
+	}
+	for _, ip := range podIPs {
+		s.PodIPs = append(s.PodIPs, corev1.PodIP{IP: ip})
+	}
+	if len(podIPs) > 0 {
+		s.PodIP = podIPs[0]
 	}
 	if !v.startTime.IsZero() {
 		t := metav1.NewTime(v.startTime)

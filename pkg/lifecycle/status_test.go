@@ -1,4 +1,4 @@
-package process
+package lifecycle
 
 import (
 	"testing"
@@ -7,8 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
 func TestPodStatus(t *testing.T) {
@@ -20,15 +18,15 @@ func TestPodStatus(t *testing.T) {
 			Containers:     []corev1.Container{{Name: "a"}, {Name: "b"}},
 		},
 	}
-	running := func(name string, attempt int) *sandbox.ContainerStatus {
-		return &sandbox.ContainerStatus{Name: name, Attempt: attempt, State: sandbox.StateRunning, StartedAt: t0}
+	running := func(name string, attempt int) *ContainerStatus {
+		return &ContainerStatus{Name: name, Attempt: attempt, State: StateRunning, StartedAt: t0}
 	}
-	exited := func(name string, attempt, code int) *sandbox.ContainerStatus {
+	exited := func(name string, attempt, code int) *ContainerStatus {
 		reason := "Completed"
 		if code != 0 {
 			reason = "Error"
 		}
-		return &sandbox.ContainerStatus{Name: name, Attempt: attempt, State: sandbox.StateExited, StartedAt: t0, FinishedAt: t0.Add(time.Second), ExitCode: code, Reason: reason}
+		return &ContainerStatus{Name: name, Attempt: attempt, State: StateExited, StartedAt: t0, FinishedAt: t0.Add(time.Second), ExitCode: code, Reason: reason}
 	}
 	initDone := containerView{spec: &pod.Spec.InitContainers[0], latest: exited("init", 0, 0), final: true}
 	tests := []struct {
@@ -175,7 +173,7 @@ func TestBackOff(t *testing.T) {
 		{10, time.Second, 5 * time.Minute},
 		{10, 11 * time.Minute, 10 * time.Second}, // a long run resets it
 	} {
-		st := &sandbox.ContainerStatus{Attempt: tt.attempt, StartedAt: t0, FinishedAt: t0.Add(tt.ran)}
+		st := &ContainerStatus{Attempt: tt.attempt, StartedAt: t0, FinishedAt: t0.Add(tt.ran)}
 		if got := backOff(st); got != tt.want {
 			t.Errorf("backOff(attempt %d, ran %s) = %s, want %s", tt.attempt, tt.ran, got, tt.want)
 		}

@@ -1,0 +1,251 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+)
+
+// step acts on the pod: set-up, active deadline, init containers in order,
+// then the containers.
+func (w *podWorker) step(ctx context.Context) time.Duration {
+	w.mu.Lock()
+	pod, failed := w.pod, w.failReason != ""
+	w.mu.Unlock()
+	if failed {
+		w.stopProbes()
+		return 0
+	}
+	if ready, retry := w.setUp(ctx, pod); !ready {
+		return retry
+	}
+	now := w.deps.clock.Now()
+	var next time.Duration
+	if d := pod.Spec.ActiveDeadlineSeconds; d != nil {
+		deadline := w.startTime.Add(time.Duration(*d) * time.Second)
+		if !now.Before(deadline) {
+			w.exceedDeadline(ctx, *d)
+			return 0
+		}
+		next = deadline.Sub(now)
+	}
+	soonest := func(d time.Duration) {
+		if d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		st, ok := w.sandbox.Container(c.Name)
+		switch {
+		case !ok:
+			soonest(w.startContainer(ctx, pod, c, 0))
+			return next
+		case st.State == StateRunning:
+			w.syncProbes(ctx, pod, c, st)
+			return next
+		case st.ExitCode == 0:
+			w.syncProbes(ctx, pod, c, st)
+			continue
+		case !restarts(pod, c, true, st.ExitCode):
+			return next // the pod has failed
+		default:
+			soonest(w.restartAfterBackOff(ctx, pod, c, st))
+			return next
+		}
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		st, ok := w.sandbox.Container(c.Name)
+		if !ok {
+			soonest(w.startContainer(ctx, pod, c, 0))
+			continue
+		}
+		w.syncProbes(ctx, pod, c, st)
+		if st.State != StateRunning && restarts(pod, c, false, st.ExitCode) {
+			soonest(w.restartAfterBackOff(ctx, pod, c, st))
+		}
+	}
+	return next
+}
+
+// restartAfterBackOff restarts an exited container once its back-off has
+// passed; until then it waits in CrashLoopBackOff.
+func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) time.Duration {
+	d := backOff(&st)
+	at := st.FinishedAt.Add(d)
+	if wait := at.Sub(w.deps.clock.Now()); wait > 0 {
+		w.mu.Lock()
+		cs := w.containerLocked(c.Name)
+		first := cs.waitingReason != "CrashLoopBackOff"
+		cs.waitingReason = "CrashLoopBackOff"
+		cs.waitingMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, pod.Name, pod.Namespace, pod.UID)
+		w.mu.Unlock()
+		if first {
+			w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID)
+		}
+		return wait
+	}
+	return w.startContainer(ctx, pod, c, st.Attempt+1)
+}
+
+// startContainer starts one attempt of a container. It returns when to
+// try again if the container cannot start yet.
+func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) time.Duration {
+	logger := w.logger(ctx).WithValues("container", c.Name)
+	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, Allocatable: w.deps.allocatable()}
+	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
+	if err != nil {
+		w.wait(c, "CreateContainerConfigError", err.Error(), true)
+		return retryAfter
+	}
+	byName := map[string]string{}
+	for _, kv := range vars {
+		k, v, _ := strings.Cut(kv, "=")
+		byName[k] = v
+	}
+	w.mu.Lock()
+	paths := w.volumePaths
+	sb := w.sandbox
+	w.mu.Unlock()
+	mounts, err := hostvolume.ContainerMounts(pod, c, paths, byName)
+	if err != nil {
+		w.wait(c, "CreateContainerConfigError", err.Error(), true)
+		return retryAfter
+	}
+	spec := ContainerSpec{
+		Pod:       pod,
+		Container: c,
+		Attempt:   attempt,
+		Command:   expandArgs(slices.Clone(c.Command), byName),
+		Args:      expandArgs(slices.Clone(c.Args), byName),
+		Env:       vars,
+	}
+	for _, m := range mounts {
+		spec.Mounts = append(spec.Mounts, Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation})
+	}
+	w.mu.Lock()
+	cs := w.containerLocked(c.Name)
+	cs.waitingReason, cs.waitingMessage, cs.warned = "", "", ""
+	cs.started, cs.ready = false, false
+	w.mu.Unlock()
+	if err := sb.StartContainer(ctx, spec); err != nil {
+		var we *WaitError
+		if errors.As(err, &we) {
+			w.wait(c, we.Reason, we.Message, we.Warn)
+			return we.Retry
+		}
+		if ctx.Err() != nil {
+			return 0 // the agent is stopping: the next one sees what the sandbox did
+		}
+		logger.Error(err, "Starting container failed")
+		w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		return 0 // recorded as exited: the restart policy decides
+	}
+	logger.V(2).Info("Started container", "attempt", attempt)
+	w.kick() // look again at once: its probes start, the next container may follow
+	w.event(corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	if h := lifecycleHandler(c, true); h != nil {
+		go w.postStart(ctx, c, attempt, h)
+	}
+	return 0
+}
+
+// expandArgs expands $(VAR) in a container's command and args with its
+// environment, as the kubelet does.
+func expandArgs(args []string, vars map[string]string) []string {
+	for i := range args {
+		args[i] = env.Expand(args[i], env.MapLookup(vars))
+	}
+	return args
+}
+
+func lifecycleHandler(c *corev1.Container, postStart bool) *corev1.LifecycleHandler {
+	if c.Lifecycle == nil {
+		return nil
+	}
+	if postStart {
+		return c.Lifecycle.PostStart
+	}
+	return c.Lifecycle.PreStop
+}
+
+// postStart runs the postStart hook; a failing hook kills the container,
+// which then restarts by its policy.
+func (w *podWorker) postStart(ctx context.Context, c *corev1.Container, attempt int, h *corev1.LifecycleHandler) {
+	hctx, cancel := context.WithTimeout(ctx, gracePeriod(w.spec()))
+	defer cancel()
+	if err := probe.RunHandler(hctx, h, w.target(c)); err != nil {
+		w.event(corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
+		sb := w.currentSandbox()
+		if sb == nil {
+			return
+		}
+		if st, ok := sb.Container(c.Name); ok && st.Attempt == attempt && st.State == StateRunning {
+			w.event(corev1.EventTypeNormal, "Killing", "FailedPostStartHook")
+			_ = sb.StopContainer(ctx, c.Name, gracePeriod(w.spec()))
+		}
+	}
+}
+
+// currentSandbox is the pod's sandbox, for goroutines other than the
+// worker's own (the worker sets it once the sandbox runs).
+func (w *podWorker) currentSandbox() Sandbox {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sandbox
+}
+
+// target is what probes and hooks of a container run against.
+func (w *podWorker) target(c *corev1.Container) probe.Target {
+	return probe.Target{Container: c, HostIP: w.deps.address, Exec: execer{w}}
+}
+
+// execer runs probe and hook commands in the pod's containers.
+type execer struct{ w *podWorker }
+
+func (e execer) ExecSync(ctx context.Context, container string, argv []string) ([]byte, int, error) {
+	sb := e.w.currentSandbox()
+	if sb == nil {
+		return nil, 0, errors.New("pod sandbox is not running")
+	}
+	var out limitedBuffer
+	code, err := sb.Exec(ctx, container, argv, StreamIO{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
+	if err != nil && ctx.Err() == nil {
+		e.w.logger(ctx).Error(err, "Running a probe or hook command failed", "container", container, "command", argv)
+	}
+	return out.Bytes(), code, err
+}
+
+// limitedBuffer keeps the first 10 KiB written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := 10<<10 - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}

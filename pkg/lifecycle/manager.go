@@ -1,0 +1,525 @@
+// Package lifecycle runs pods on a node the way the kubelet's pod worker
+// does, over any container runtime: volumes and the sandbox first, init
+// containers in order (restartable ones as sidecars that keep running),
+// then the containers, each restarted by the restart policy after a
+// crash-loop back-off; probes, postStart and preStop hooks, graceful
+// termination with sidecars stopped last, active deadlines, and the status
+// computed every time from the runtime's records and the probes, so a
+// restarted agent computes the same one.
+//
+// What runs the containers is a Runtime (the process provider's host
+// sandboxes, or a CRI runtime); volumes are prepared on the host by package
+// hostvolume (and CSI volumes by package csimount), environments built by
+// package env, probes and hooks run by package probe.
+//
+// The package never writes to the API server: nodelet's pod controller
+// reads the status it reports. It reads what pods refer to (ConfigMaps,
+// Secrets, Services, tokens, claims and their volumes), records Events, and
+// owns <rootDir>/state, where each pod's spec and start time are kept.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/provider"
+)
+
+var (
+	_ provider.PodLifecycleHandler = (*Manager)(nil)
+	_ provider.PodNotifier         = (*Manager)(nil)
+	_ provider.NodeNotifier        = (*Manager)(nil)
+	_ provider.LogsProvider        = (*Manager)(nil)
+	_ provider.ExecProvider        = (*Manager)(nil)
+	_ provider.AttachProvider      = (*Manager)(nil)
+	_ provider.PortForwardProvider = (*Manager)(nil)
+)
+
+// Options configure the pod lifecycle of one node. NodeName, Address,
+// RootDir and Allocatable are required.
+type Options struct {
+	NodeName string
+	// Address is the node's InternalIP: every pod's hostIP, and the pod IP
+	// of pods whose sandbox has no IP of its own.
+	Address string
+	// RootDir holds the pods' state (<RootDir>/state) and volumes.
+	RootDir string
+	// Allocatable is the node's allocatable resources, which pods are
+	// admitted against and which the downward API reports as limits.
+	Allocatable func() corev1.ResourceList
+	// Clock drives back-off, deadlines and probes; default the real clock.
+	Clock clock.WithTicker
+	// CleanUpPeriod is how often what pods that are gone left behind (their
+	// CSI volumes, a sandbox that could not be removed) is cleaned up again;
+	// default DefaultCleanUpPeriod.
+	CleanUpPeriod time.Duration
+}
+
+// DefaultCleanUpPeriod is how often leftovers of pods that are gone are
+// cleaned up when Options.CleanUpPeriod is unset.
+const DefaultCleanUpPeriod = time.Minute
+
+// Parts are what the pods run with. CSI is optional: without it, pods with
+// persistentVolumeClaim volumes cannot start.
+type Parts struct {
+	Runtime  Runtime
+	Volumes  *hostvolume.Manager
+	Env      env.Getter
+	Recorder record.EventRecorder
+	CSI      *csimount.Manager
+}
+
+// Manager runs the pods of one node through its Runtime.
+type Manager struct {
+	opts   Options
+	parts  Parts
+	clock  clock.WithTicker
+	states stateStore
+	deps   *workerDeps
+
+	// ctx is the life of the pod workers: Run's context. Pods keep
+	// running when it ends; only their supervision stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	loadOnce sync.Once
+	loadErr  error
+
+	mu     sync.Mutex
+	pods   map[string]*podWorker // namespace/name
+	byUID  map[types.UID]*podWorker
+	notify func(*corev1.Pod)
+	// nodeNotify asks the node loop to report the node's status; nodeGen
+	// tells the registrations apart.
+	nodeNotify func()
+	nodeGen    int
+	// orphans are sandboxes of no known pod that could not be removed yet.
+	orphans map[types.UID]bool
+}
+
+// New returns a manager; it does no I/O until Run or the first call.
+func New(parts Parts, opts Options) (*Manager, error) {
+	var errs []error
+	if opts.NodeName == "" {
+		errs = append(errs, errors.New("node name is required"))
+	}
+	if opts.Address == "" {
+		errs = append(errs, errors.New("address is required: it is every pod's host IP"))
+	}
+	if opts.RootDir == "" || !filepath.IsAbs(opts.RootDir) {
+		errs = append(errs, fmt.Errorf("root dir %q must be an absolute path", opts.RootDir))
+	}
+	if opts.Allocatable == nil {
+		errs = append(errs, errors.New("allocatable is required"))
+	}
+	if parts.Runtime == nil || parts.Volumes == nil || parts.Env == nil || parts.Recorder == nil {
+		errs = append(errs, errors.New("runtime, volumes, env and recorder are required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("pod lifecycle: %w", err)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.CleanUpPeriod <= 0 {
+		opts.CleanUpPeriod = DefaultCleanUpPeriod
+	}
+	logger := klog.Background().WithValues("node", opts.NodeName)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	m := &Manager{
+		opts: opts, parts: parts, clock: opts.Clock,
+		states: stateStore{dir: filepath.Join(opts.RootDir, "state")},
+		ctx:    ctx, cancel: cancel,
+		pods: map[string]*podWorker{}, byUID: map[types.UID]*podWorker{},
+		orphans: map[types.UID]bool{},
+	}
+	m.deps = &workerDeps{
+		ctx: ctx, clock: opts.Clock, runtime: parts.Runtime, volumes: parts.Volumes, csi: parts.CSI,
+		env: parts.Env, recorder: parts.Recorder, states: m.states,
+		nodeName: opts.NodeName, address: opts.Address, allocatable: opts.Allocatable,
+	}
+	parts.Runtime.OnExit(m.containerExited)
+	if parts.CSI != nil {
+		parts.CSI.OnChange(m.nodeStatusChanged)
+	}
+	return m, nil
+}
+
+// Run adopts the pods left by an earlier agent, keeps volumes current and
+// supervises the pods until ctx ends. The pods keep running after it
+// returns.
+func (m *Manager) Run(ctx context.Context) error {
+	if err := m.load(); err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- m.parts.Volumes.Run(ctx) }()
+	timer := m.clock.NewTimer(0)
+	defer timer.Stop()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-timer.C():
+			m.cleanUp(ctx)
+			timer.Reset(m.opts.CleanUpPeriod)
+		}
+	}
+	m.cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("volumes: %w", err)
+	}
+	return nil
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// load adopts every pod an earlier agent left: its state file and its
+// sandbox. A sandbox without state (a crash between the two) is removed; a
+// state file without a sandbox is a pod whose sandbox is created again.
+func (m *Manager) load() error {
+	m.loadOnce.Do(func() { m.loadErr = m.doLoad() })
+	return m.loadErr
+}
+
+func (m *Manager) doLoad() error {
+	logger := klog.FromContext(m.ctx)
+	sandboxes, err := m.parts.Runtime.Sandboxes(m.ctx)
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	byUID := map[types.UID]Sandbox{}
+	for _, s := range sandboxes {
+		byUID[s.UID()] = s
+	}
+	states, err := m.states.load(func(path string, err error) {
+		logger.Error(err, "Ignoring unreadable pod state", "file", path)
+	})
+	if err != nil {
+		return err
+	}
+	for _, s := range states {
+		w := newPodWorker(m.deps, m, s.Pod, s.StartTime)
+		w.failReason, w.failMessage = s.FailReason, s.FailMessage
+		w.sandbox = byUID[s.Pod.UID]
+		delete(byUID, s.Pod.UID)
+		m.mu.Lock()
+		m.pods[key(s.Pod.Namespace, s.Pod.Name)] = w
+		m.byUID[s.Pod.UID] = w
+		m.mu.Unlock()
+		logger.Info("Adopted pod", "pod", klog.KObj(s.Pod), "sandbox", w.sandbox != nil)
+		w.start()
+	}
+	for uid := range byUID {
+		logger.Info("Removing sandbox of no known pod", "uid", uid)
+		if err := m.removeOrphan(m.ctx, uid); err != nil {
+			logger.Error(err, "Removing sandbox failed; retrying later", "uid", uid)
+			m.mu.Lock()
+			m.orphans[uid] = true
+			m.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// removeOrphan removes the sandbox of a pod the provider does not know,
+// with its volumes: CSI volumes first (unpublished, then unstaged once the
+// sandbox is gone), so that nothing mounted is ever deleted.
+func (m *Manager) removeOrphan(ctx context.Context, uid types.UID) error {
+	if m.parts.CSI != nil {
+		if err := m.parts.CSI.TearDown(ctx, uid); err != nil {
+			return fmt.Errorf("unpublish CSI volumes: %w", err)
+		}
+	}
+	stub := &corev1.Pod{}
+	stub.UID = uid
+	if err := m.parts.Volumes.TearDown(ctx, stub); err != nil {
+		return fmt.Errorf("tear down volumes: %w", err)
+	}
+	if err := m.parts.Runtime.RemoveSandbox(ctx, uid); err != nil {
+		return err
+	}
+	if m.parts.CSI != nil {
+		if err := m.parts.CSI.Release(ctx, uid); err != nil {
+			return fmt.Errorf("unstage CSI volumes: %w", err)
+		}
+	}
+	return nil
+}
+
+// cleanUp retries what pods that are gone left behind: sandboxes that could
+// not be removed, and CSI volumes published for pods the provider does not
+// know or staged for none.
+func (m *Manager) cleanUp(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	m.mu.Lock()
+	orphans := make([]types.UID, 0, len(m.orphans))
+	for uid := range m.orphans {
+		orphans = append(orphans, uid)
+	}
+	m.mu.Unlock()
+	for _, uid := range orphans {
+		if err := m.removeOrphan(ctx, uid); err != nil {
+			logger.Error(err, "Removing sandbox of no known pod failed; retrying later", "uid", uid)
+			continue
+		}
+		m.mu.Lock()
+		delete(m.orphans, uid)
+		m.mu.Unlock()
+	}
+	if m.parts.CSI == nil {
+		return
+	}
+	known := func(uid types.UID) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.byUID[uid] != nil || m.orphans[uid]
+	}
+	if err := m.parts.CSI.Sweep(ctx, known); err != nil {
+		logger.Error(err, "Cleaning up CSI volumes failed; retrying later")
+	}
+}
+
+func (m *Manager) worker(namespace, name string) (*podWorker, error) {
+	if err := m.load(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.pods[key(namespace, name)]
+	if !ok {
+		return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, provider.ErrNotFound)
+	}
+	return w, nil
+}
+
+// CreatePod admits the pod against the node's allocatable resources, then
+// starts its worker, which sets up volumes and sandbox and runs the
+// containers.
+func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := m.load(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := key(pod.Namespace, pod.Name)
+	if w, ok := m.pods[k]; ok {
+		if w.uid != pod.UID {
+			return fmt.Errorf("pod %s: another pod of that name (uid %s) is still terminating", k, w.uid)
+		}
+		return nil
+	}
+	var used provider.Requests
+	count := 0
+	for _, w := range m.pods {
+		if !w.finished() {
+			used.Add(provider.PodRequests(w.spec()))
+			count++
+		}
+	}
+	if err := provider.Admit(m.opts.Allocatable(), provider.PodRequests(pod), used, count); err != nil {
+		return err
+	}
+	w := newPodWorker(m.deps, m, pod, m.clock.Now())
+	if err := m.states.save(w.state()); err != nil {
+		return err
+	}
+	m.pods[k] = w
+	m.byUID[pod.UID] = w
+	w.start()
+	return nil
+}
+
+// UpdatePod takes the pod's new spec: only the active deadline and
+// metadata (for the downward API) can change on a running pod.
+func (m *Manager) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	w, err := m.worker(pod.Namespace, pod.Name)
+	if err != nil {
+		return err
+	}
+	if w.uid != pod.UID {
+		return fmt.Errorf("pod %s/%s: uid %s, provider runs %s: %w", pod.Namespace, pod.Name, pod.UID, w.uid, provider.ErrNotFound)
+	}
+	w.update(pod)
+	return nil
+}
+
+// DeletePod begins the pod's termination with its grace period; a second
+// call with a shorter grace period shortens it.
+func (m *Manager) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	w, err := m.worker(pod.Namespace, pod.Name)
+	if err != nil {
+		return err
+	}
+	if pod.UID != "" && w.uid != pod.UID {
+		return fmt.Errorf("pod %s/%s: uid %s, provider runs %s: %w", pod.Namespace, pod.Name, pod.UID, w.uid, provider.ErrNotFound)
+	}
+	w.delete(gracePeriod(pod))
+	return nil
+}
+
+// gracePeriod is how long a deleted pod's containers get between SIGTERM
+// and SIGKILL.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// GetPod returns the pod with its current status.
+func (m *Manager) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	w, err := m.worker(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return w.snapshot(), nil
+}
+
+// GetPods returns every pod the provider runs, terminating ones included.
+func (m *Manager) GetPods(context.Context) ([]*corev1.Pod, error) {
+	if err := m.load(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	ws := make([]*podWorker, 0, len(m.pods))
+	for _, w := range m.pods {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.snapshot())
+	}
+	return out, nil
+}
+
+// NotifyPods registers the callback for status changes.
+func (m *Manager) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
+	m.mu.Lock()
+	m.notify = notify
+	ws := make([]*podWorker, 0, len(m.pods))
+	for _, w := range m.pods {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		w.kick()
+	}
+}
+
+// NotifyNodeStatus registers the function that asks the node loop to
+// report the node's status now: the provider calls it when the CSI volumes
+// in use change. A later call replaces it; it is dropped when ctx ends.
+func (m *Manager) NotifyNodeStatus(ctx context.Context, notify func()) {
+	m.mu.Lock()
+	m.nodeGen++
+	gen := m.nodeGen
+	m.nodeNotify = notify
+	m.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		if m.nodeGen == gen {
+			m.nodeNotify = nil
+		}
+		m.mu.Unlock()
+	})
+}
+
+// nodeStatusChanged asks the node loop to report the node's status.
+func (m *Manager) nodeStatusChanged() {
+	m.mu.Lock()
+	notify := m.nodeNotify
+	m.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
+// VolumesInUse are the CSI volumes the node must report in
+// status.volumesInUse: wanted by a pod, published or staged.
+func (m *Manager) VolumesInUse() []corev1.UniqueVolumeName {
+	if m.parts.CSI == nil {
+		return nil
+	}
+	return m.parts.CSI.VolumesInUse()
+}
+
+// VolumesChanged tells the provider that API objects its pods' CSI volumes
+// depend on changed (a claim, a volume, a CSIDriver, a VolumeAttachment or
+// the Node): pods waiting for them try again at once. It never blocks, so
+// informer event handlers may call it.
+func (m *Manager) VolumesChanged() {
+	m.mu.Lock()
+	ws := make([]*podWorker, 0, len(m.pods))
+	for _, w := range m.pods {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		w.volumesChanged()
+	}
+}
+
+// published hands a pod's new status to the pod controller.
+func (m *Manager) published(pod *corev1.Pod) {
+	m.mu.Lock()
+	notify := m.notify
+	m.mu.Unlock()
+	if notify != nil {
+		notify(pod)
+	}
+}
+
+// forget removes a terminated pod.
+func (m *Manager) forget(w *podWorker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pods[key(w.namespace, w.name)] == w {
+		delete(m.pods, key(w.namespace, w.name))
+	}
+	if m.byUID[w.uid] == w {
+		delete(m.byUID, w.uid)
+	}
+}
+
+// containerExited is the runtime's exit callback.
+func (m *Manager) containerExited(uid types.UID, _ string) {
+	m.mu.Lock()
+	w := m.byUID[uid]
+	m.mu.Unlock()
+	if w != nil {
+		w.kick()
+	}
+}
+
+// statusChanged tells whether two statuses differ in more than the times
+// the pod controller keeps anyway.
+func statusChanged(a, b *corev1.PodStatus) bool {
+	strip := func(s *corev1.PodStatus) *corev1.PodStatus {
+		c := s.DeepCopy()
+		for i := range c.Conditions {
+			c.Conditions[i].LastTransitionTime = metav1Zero
+			c.Conditions[i].LastProbeTime = metav1Zero
+		}
+		return c
+	}
+	return !equality.Semantic.DeepEqual(strip(a), strip(b))
+}

@@ -1,0 +1,120 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+)
+
+// syncProbes runs the container's probes for its running attempt and
+// stops them when it is not running.
+func (w *podWorker) syncProbes(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cs := w.containerLocked(c.Name)
+	running := st.State == StateRunning
+	if cs.probeCancel != nil && (!running || cs.probeAttempt != st.Attempt) {
+		cs.probeCancel()
+		cs.probeCancel = nil
+		cs.started, cs.ready = false, false
+	}
+	if !running || cs.probeCancel != nil {
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	cs.probeCancel, cs.probeAttempt = cancel, st.Attempt
+	cs.hasStartup = c.StartupProbe != nil
+	cs.started = c.StartupProbe == nil
+	cs.ready = c.ReadinessProbe == nil && cs.started
+	if c.StartupProbe != nil {
+		w.runProbe(pctx, probe.Kind("startup"), c, c.StartupProbe, st.Attempt)
+		return
+	}
+	w.startProbesLocked(pctx, c, st.Attempt)
+}
+
+// startProbesLocked starts the liveness and readiness probes, once the
+// startup probe (if any) has succeeded.
+func (w *podWorker) startProbesLocked(ctx context.Context, c *corev1.Container, attempt int) {
+	if c.LivenessProbe != nil {
+		w.runProbe(ctx, probe.Kind("liveness"), c, c.LivenessProbe, attempt)
+	}
+	if c.ReadinessProbe != nil {
+		w.runProbe(ctx, probe.Kind("readiness"), c, c.ReadinessProbe, attempt)
+	}
+}
+
+func (w *podWorker) runProbe(ctx context.Context, kind probe.Kind, c *corev1.Container, p *corev1.Probe, attempt int) {
+	pw := probe.NewWorker(kind, p, w.target(c), w.deps.clock, func(r probe.Result, msg string) {
+		w.probeChanged(ctx, kind, c, p, attempt, r, msg)
+	})
+	go pw.Run(ctx)
+	go func() { <-ctx.Done(); pw.Stop() }()
+}
+
+// probeChanged acts on a probe's new verdict.
+func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1.Container, p *corev1.Probe, attempt int, r probe.Result, msg string) {
+	if ctx.Err() != nil {
+		return
+	}
+	w.mu.Lock()
+	cs := w.containerLocked(c.Name)
+	if cs.probeAttempt != attempt {
+		w.mu.Unlock()
+		return
+	}
+	kill := false
+	switch kind {
+	case "startup":
+		if r == probe.Success && !cs.started {
+			cs.started = true
+			cs.ready = c.ReadinessProbe == nil
+			w.startProbesLocked(ctx, c, attempt)
+		}
+		kill = r == probe.Failure
+	case "liveness":
+		kill = r == probe.Failure
+	case "readiness":
+		cs.ready = r == probe.Success && cs.started
+	}
+	w.mu.Unlock()
+	if r == probe.Failure {
+		w.event(corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", probeTitle(kind), strings.TrimSpace(msg))
+	}
+	if kill {
+		grace := gracePeriod(w.spec())
+		if p.TerminationGracePeriodSeconds != nil {
+			grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
+		}
+		w.event(corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, kind)
+		if sb := w.currentSandbox(); sb != nil {
+			go func() {
+				if err := sb.StopContainer(ctx, c.Name, grace); err != nil {
+					w.logger(ctx).Error(err, "Stopping unhealthy container failed", "container", c.Name)
+				}
+			}()
+		}
+	}
+	w.kick()
+}
+
+func probeTitle(k probe.Kind) string {
+	s := string(k)
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func (w *podWorker) stopProbes() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cs := range w.containers {
+		if cs.probeCancel != nil {
+			cs.probeCancel()
+			cs.probeCancel = nil
+		}
+		cs.ready = false
+	}
+}

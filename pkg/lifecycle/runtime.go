@@ -1,0 +1,162 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/provider"
+)
+
+// Runtime runs the sandboxes and containers of one node's pods. The
+// lifecycle decides what runs when; the runtime only does what it is told
+// and reports what it did, so that a restarted agent finds every pod again
+// through Sandboxes.
+type Runtime interface {
+	// Sandboxes lists the sandboxes the runtime keeps for this node's pods,
+	// running or not.
+	Sandboxes(ctx context.Context) ([]Sandbox, error)
+	// EnsureSandbox returns the pod's sandbox, started if it does not run.
+	EnsureSandbox(ctx context.Context, spec SandboxSpec) (Sandbox, error)
+	// RemoveSandbox stops whatever still runs in the pod's sandbox and
+	// removes it with its containers. A sandbox that is gone is no error.
+	RemoveSandbox(ctx context.Context, uid types.UID) error
+	// OnExit registers the function called, without blocking, when a
+	// container of a pod exits.
+	OnExit(func(uid types.UID, container string))
+}
+
+// Sandbox is one pod's sandbox: its containers' records and the calls that
+// act on them. Container names are the pod's; one container runs one
+// attempt at a time.
+type Sandbox interface {
+	UID() types.UID
+	// Ready tells whether the sandbox runs, so containers can start in it.
+	Ready() bool
+	// IPs are the pod's IPs; none means the pod shares the node's network.
+	IPs() []string
+	// Container is the latest attempt of a container, Previous the one
+	// before it; false when there is none.
+	Container(name string) (ContainerStatus, bool)
+	Previous(name string) (ContainerStatus, bool)
+	// StartContainer creates and starts one attempt of a container. A
+	// *WaitError says the container cannot start yet (an image to pull, a
+	// configuration to fix); any other error is recorded as the attempt's
+	// exit, so the restart policy decides what follows.
+	StartContainer(ctx context.Context, spec ContainerSpec) error
+	// StopContainer stops the running attempt of a container: SIGTERM,
+	// then SIGKILL once grace has passed.
+	StopContainer(ctx context.Context, name string, grace time.Duration) error
+	// Exec runs argv in a running container and returns its exit code.
+	Exec(ctx context.Context, container string, argv []string, streams StreamIO) (int, error)
+	// Attach connects to the main process of a running container.
+	Attach(ctx context.Context, container string, streams StreamIO) error
+	// ReadLogs writes one attempt's log to w, as opts ask; with Follow it
+	// returns once that attempt no longer runs and its log is read.
+	ReadLogs(ctx context.Context, container string, attempt int, opts LogOptions, w io.Writer) error
+	// PortForward copies between stream and the pod's port until either
+	// side closes or ctx ends.
+	PortForward(ctx context.Context, port int32, stream io.ReadWriteCloser) error
+}
+
+// SandboxSpec is what a runtime makes a pod's sandbox from.
+type SandboxSpec struct {
+	Pod *corev1.Pod
+}
+
+// ContainerSpec is one attempt of a container, as the lifecycle resolved
+// it: the environment built, $(VAR) references in the command and args
+// expanded, volumes prepared on the host.
+type ContainerSpec struct {
+	Pod       *corev1.Pod
+	Container *corev1.Container
+	// Attempt is the restart count; the first attempt is 0.
+	Attempt int
+	// Command and Args are the container's, expanded; an empty Command
+	// means the image's entrypoint.
+	Command, Args []string
+	Env           []string // "K=V"
+	Mounts        []Mount
+}
+
+// Mount binds a host file or directory into a container.
+type Mount struct {
+	// Source is the host file or directory (subPath already resolved).
+	Source string
+	// Destination is the absolute path the container sees it at.
+	Destination string
+	ReadOnly    bool
+	Propagation corev1.MountPropagationMode
+}
+
+// State of a container attempt.
+type State string
+
+const (
+	StateRunning State = "Running"
+	StateExited  State = "Exited"
+)
+
+// Reasons an attempt exited for, as the API reports them.
+const (
+	ReasonCompleted  = "Completed"
+	ReasonError      = "Error"
+	ReasonOOMKilled  = "OOMKilled"
+	ReasonStartError = "StartError"
+)
+
+// ContainerStatus is the state of one container attempt.
+type ContainerStatus struct {
+	Name    string
+	Attempt int
+	// ID is the attempt's container ID as the API shows it
+	// (<runtime>://<id>).
+	ID    string
+	State State
+	// Image and ImageID are the image the attempt runs; empty for runtimes
+	// without images.
+	Image, ImageID string
+	StartedAt      time.Time
+	FinishedAt     time.Time
+	ExitCode       int
+	// Reason is "Completed" (code 0), "Error", "OOMKilled" or "StartError".
+	Reason  string
+	Message string
+	Signal  int
+}
+
+// StreamIO are the client's ends of an exec or attach session.
+type StreamIO struct {
+	Stdin          io.Reader // nil: no stdin
+	Stdout, Stderr io.Writer // Stderr unused with TTY
+	TTY            bool
+	Resize         <-chan provider.TermSize
+}
+
+// LogOptions select what of a container log is read.
+type LogOptions struct {
+	Follow     bool
+	Timestamps bool
+	// TailLines < 0 reads every line.
+	TailLines int
+	// LimitBytes > 0 stops after that many bytes.
+	LimitBytes int64
+	// Since, when not zero, skips lines written before it.
+	Since time.Time
+}
+
+// WaitError is a container that cannot start yet: it waits with Reason
+// (for example ErrImagePull or CreateContainerConfigError) and Message, and
+// is tried again after Retry (never, when 0: only a change of the pod can
+// help). Warn records a Warning Event the first time for a reason.
+type WaitError struct {
+	Reason, Message string
+	Retry           time.Duration
+	Warn            bool
+}
+
+func (e *WaitError) Error() string { return fmt.Sprintf("%s: %s", e.Reason, e.Message) }

@@ -1,0 +1,83 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/atomicfile"
+)
+
+// podState is what survives an agent restart besides the runtime's
+// records: the pod's spec, its start time and why it failed, if it did.
+type podState struct {
+	Pod         *corev1.Pod `json:"pod"`
+	StartTime   time.Time   `json:"startTime"`
+	FailReason  string      `json:"failReason,omitempty"`
+	FailMessage string      `json:"failMessage,omitempty"`
+}
+
+// stateStore keeps one file per pod, <dir>/<uid>.json.
+type stateStore struct{ dir string }
+
+func (s stateStore) path(uid types.UID) string {
+	return filepath.Join(s.dir, string(uid)+".json")
+}
+
+func (s stateStore) save(st *podState) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode pod state: %w", err)
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("pod state: %w", err)
+	}
+	if err := atomicfile.Write(s.path(st.Pod.UID), data, atomicfile.Options{Sync: true}); err != nil {
+		return fmt.Errorf("pod state: %w", err)
+	}
+	return nil
+}
+
+func (s stateStore) remove(uid types.UID) error {
+	if err := os.Remove(s.path(uid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pod state: %w", err)
+	}
+	return nil
+}
+
+// load reads every pod state; bad files are reported through skip and
+// left alone.
+func (s stateStore) load(skip func(path string, err error)) ([]*podState, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read pod states: %w", err)
+	}
+	var out []*podState
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		path := filepath.Join(s.dir, e.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read pod state: %w", err)
+		}
+		var st podState
+		if err := json.Unmarshal(data, &st); err != nil || st.Pod == nil {
+			if err == nil {
+				err = errors.New("no pod")
+			}
+			skip(path, err)
+			continue
+		}
+		out = append(out, &st)
+	}
+	return out, nil
+}

@@ -1,0 +1,152 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+)
+
+// exceedDeadline stops the pod's containers and fails it: it was active
+// longer than activeDeadlineSeconds.
+func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
+	msg := fmt.Sprintf("Pod was active on the node longer than the specified deadline (%ds)", seconds)
+	w.event(corev1.EventTypeNormal, "DeadlineExceeded", "%s", msg)
+	w.stopProbes()
+	w.stopAll(ctx, gracePeriod(w.spec()), false)
+	w.mu.Lock()
+	w.failReason, w.failMessage = "DeadlineExceeded", msg
+	w.mu.Unlock()
+	if err := w.deps.states.save(w.state()); err != nil {
+		w.logger(ctx).Error(err, "Saving pod state failed")
+	}
+}
+
+// stopAll runs the preStop hooks of the running containers (when hooks is
+// set) and stops them, all within grace.
+func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool) {
+	w.mu.Lock()
+	sb, pod := w.sandbox, w.pod
+	w.mu.Unlock()
+	if sb == nil {
+		return
+	}
+	deadline := w.deps.clock.Now().Add(grace)
+	var wg sync.WaitGroup
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			c := &list[i]
+			if st, ok := sb.Container(c.Name); !ok || st.State != StateRunning {
+				continue
+			}
+			wg.Go(func() {
+				if h := lifecycleHandler(c, false); hooks && h != nil && grace > 0 {
+					hctx, cancel := context.WithDeadline(ctx, deadline)
+					go func() {
+						select {
+						case <-w.terminateImmediately:
+							cancel()
+						case <-hctx.Done():
+						}
+					}()
+					if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
+						w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+					}
+					cancel()
+				}
+				w.event(corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
+				left := max(deadline.Sub(w.deps.clock.Now()), 0)
+				sctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				done := make(chan struct{})
+				go func() {
+					select {
+					case <-w.terminateImmediately:
+						_ = sb.StopContainer(sctx, c.Name, 0)
+					case <-done:
+					}
+				}()
+				if err := sb.StopContainer(sctx, c.Name, left); err != nil {
+					w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
+				}
+				close(done)
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// terminate stops a deleted pod within its grace period, removes its
+// sandbox, volumes and state, reports its final status and forgets it.
+func (w *podWorker) terminate(ctx context.Context) error {
+	w.stopProbes()
+	w.mu.Lock()
+	grace, pod := w.grace, w.pod
+	w.mu.Unlock()
+	w.stopAll(ctx, grace, true)
+	// The final status is computed from the runtime's records, which go
+	// with the sandbox.
+	w.mu.Lock()
+	w.gone = true
+	v := w.viewLocked()
+	w.mu.Unlock()
+	final := podStatus(v)
+	notGone := func() {
+		w.mu.Lock()
+		w.gone = false
+		w.mu.Unlock()
+	}
+	// Volumes first: their mounts live in the pod's directory, which the
+	// sandbox's removal deletes. CSI volumes are unpublished before the
+	// volume manager removes the volume directories, and unstaged only once
+	// the sandbox, whose mount namespace holds them too, is gone.
+	mounter := w.deps.csi
+	if mounter != nil {
+		if err := mounter.TearDown(ctx, pod.UID); err != nil {
+			notGone()
+			w.unmountFailed(err)
+			return fmt.Errorf("unpublish CSI volumes: %w", err)
+		}
+	}
+	if err := w.deps.volumes.TearDown(ctx, pod); err != nil {
+		notGone()
+		return fmt.Errorf("tear down volumes: %w", err)
+	}
+	if err := w.deps.runtime.RemoveSandbox(ctx, pod.UID); err != nil {
+		notGone()
+		return fmt.Errorf("remove sandbox: %w", err)
+	}
+	if mounter != nil {
+		if err := mounter.Release(ctx, pod.UID); err != nil {
+			notGone()
+			w.unmountFailed(err)
+			return fmt.Errorf("unstage CSI volumes: %w", err)
+		}
+	}
+	if err := w.deps.states.remove(pod.UID); err != nil {
+		w.logger(ctx).Error(err, "Removing pod state failed")
+	}
+	w.mu.Lock()
+	w.status = final
+	w.mu.Unlock()
+	w.owner.forget(w)
+	w.owner.published(w.snapshot())
+	w.logger(ctx).V(2).Info("Pod terminated", "phase", final.Phase)
+	return nil
+}
+
+// unmountFailed records, once, a Warning Event saying why the pod's CSI
+// volumes are not torn down yet: the pod stays until they are.
+func (w *podWorker) unmountFailed(err error) {
+	w.mu.Lock()
+	first := !w.unmountWarned
+	w.unmountWarned = true
+	w.mu.Unlock()
+	if first {
+		w.event(corev1.EventTypeWarning, "FailedUnmount", "%v", err)
+	}
+}

@@ -1,0 +1,136 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/nodelet/nodelet/pkg/provider"
+)
+
+// What kubectl logs, exec, attach and port-forward reach through the
+// kubelet API server.
+
+// container finds a pod's sandbox and checks that it has the container.
+func (m *Manager) container(namespace, pod, container string) (*podWorker, Sandbox, error) {
+	w, err := m.worker(namespace, pod)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.mu.Lock()
+	sb, spec := w.sandbox, w.pod
+	w.mu.Unlock()
+	found := false
+	for _, list := range [][]string{names(spec.Spec.InitContainers), names(spec.Spec.Containers)} {
+		for _, n := range list {
+			found = found || n == container
+		}
+	}
+	if !found {
+		return nil, nil, fmt.Errorf("container %s is not valid for pod %s/%s: %w", container, namespace, pod, provider.ErrNotFound)
+	}
+	if sb == nil {
+		return nil, nil, fmt.Errorf("container %q in pod %s/%s is waiting to start: sandbox not ready", container, namespace, pod)
+	}
+	return w, sb, nil
+}
+
+// GetContainerLogs streams a container's log: the latest run, or with
+// Previous the one before.
+func (m *Manager) GetContainerLogs(ctx context.Context, namespace, pod, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
+	_, sb, err := m.container(namespace, pod, container)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := sb.Container(container)
+	if opts.Previous {
+		st, ok = sb.Previous(container)
+		if !ok {
+			return nil, fmt.Errorf("previous terminated container %q in pod %q not found", container, pod)
+		}
+	}
+	if !ok {
+		return nil, fmt.Errorf("container %q in pod %q is waiting to start", container, pod)
+	}
+	lo := LogOptions{Follow: opts.Follow, Timestamps: opts.Timestamps, TailLines: -1, LimitBytes: int64(opts.LimitBytes)}
+	if opts.Tail > 0 {
+		lo.TailLines = opts.Tail
+	}
+	if opts.SinceSecs > 0 {
+		lo.Since = m.clock.Now().Add(-time.Duration(opts.SinceSecs) * time.Second)
+	}
+	if !opts.SinceTime.IsZero() {
+		lo.Since = opts.SinceTime
+	}
+	r, w := io.Pipe()
+	go func() {
+		w.CloseWithError(sb.ReadLogs(ctx, container, st.Attempt, lo, w))
+	}()
+	return r, nil
+}
+
+// RunInContainer runs cmd in the container, as kubectl exec does.
+func (m *Manager) RunInContainer(ctx context.Context, namespace, pod, container string, cmd []string, attach provider.AttachIO) error {
+	_, sb, err := m.container(namespace, pod, container)
+	if err != nil {
+		return err
+	}
+	code, err := sb.Exec(ctx, container, cmd, streamIO(attach))
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", code), Code: code}
+	}
+	return nil
+}
+
+// AttachToContainer connects to the container's main process.
+func (m *Manager) AttachToContainer(ctx context.Context, namespace, pod, container string, attach provider.AttachIO) error {
+	_, sb, err := m.container(namespace, pod, container)
+	if err != nil {
+		return err
+	}
+	return sb.Attach(ctx, container, streamIO(attach))
+}
+
+func streamIO(a provider.AttachIO) StreamIO {
+	s := StreamIO{Stdin: a.Stdin(), TTY: a.TTY()}
+	// Typed nil writers must stay untyped nil.
+	if w := a.Stdout(); w != nil {
+		s.Stdout = w
+	}
+	if w := a.Stderr(); w != nil {
+		s.Stderr = w
+	}
+	s.Resize = a.Resize()
+	return s
+}
+
+// PortForward connects stream to the pod's port, through its sandbox.
+func (m *Manager) PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error {
+	w, err := m.worker(namespace, pod)
+	if err != nil {
+		return err
+	}
+	sb := w.currentSandbox()
+	if sb == nil {
+		return fmt.Errorf("pod %s/%s: sandbox not ready", namespace, pod)
+	}
+	if err := sb.PortForward(ctx, port, stream); err != nil {
+		return fmt.Errorf("port-forward to pod %s/%s port %d: %w", namespace, pod, port, err)
+	}
+	return nil
+}
+
+func names(cs []corev1.Container) []string {
+	out := make([]string, len(cs))
+	for i := range cs {
+		out[i] = cs[i].Name
+	}
+	return out
+}

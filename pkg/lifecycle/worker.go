@@ -1,0 +1,343 @@
+package lifecycle
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+)
+
+var metav1Zero metav1.Time
+
+// Crash-loop back-off, as the kubelet's: 10 s doubling to 5 min, back to
+// 10 s after a run of 10 min.
+const (
+	initialBackOff = 10 * time.Second
+	maxBackOff     = 5 * time.Minute
+	backOffReset   = 10 * time.Minute
+	// retryAfter is how soon a failed set-up (volumes, sandbox,
+	// configuration) is tried again.
+	retryAfter = 5 * time.Second
+	// CSI volumes that cannot be set up are tried again after a back-off
+	// from csiBackOff doubling to csiMaxWait while they wait for the API (or
+	// at once when the API changes), or to csiMaxBackOff when they fail.
+	csiBackOff    = time.Second
+	csiMaxWait    = 10 * time.Second
+	csiMaxBackOff = time.Minute
+)
+
+// backOff is the wait before the restart of a container that exited after
+// the run st, its attempt-th restart.
+func backOff(st *ContainerStatus) time.Duration {
+	if st.FinishedAt.Sub(st.StartedAt) >= backOffReset {
+		return initialBackOff
+	}
+	d := initialBackOff
+	for i := 0; i < st.Attempt && d < maxBackOff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackOff)
+}
+
+// workerDeps are the parts every pod worker of a node shares.
+type workerDeps struct {
+	ctx         context.Context // the workers' life
+	clock       clock.WithTicker
+	runtime     Runtime
+	volumes     *hostvolume.Manager
+	csi         *csimount.Manager // nil: no CSI volumes
+	env         env.Getter
+	recorder    record.EventRecorder
+	states      stateStore
+	nodeName    string
+	address     string
+	allocatable func() corev1.ResourceList
+}
+
+// workerOwner is what a pod worker tells its manager: a new status to
+// publish, and that the pod is gone.
+type workerOwner interface {
+	published(pod *corev1.Pod)
+	forget(w *podWorker)
+}
+
+// podWorker supervises one pod: one goroutine that, whenever something
+// happens (a container exits, a probe flips, the pod is deleted, a timer
+// is due), compares what runs with what should and acts, then reports the
+// status.
+type podWorker struct {
+	deps                 *workerDeps
+	owner                workerOwner
+	uid                  types.UID
+	namespace, name      string
+	kickCh               chan struct{}
+	done                 chan struct{}
+	terminateImmediately chan struct{}
+
+	mu          sync.Mutex
+	pod         *corev1.Pod
+	status      corev1.PodStatus
+	startTime   time.Time
+	sandbox     Sandbox
+	volumePaths map[string]string
+	containers  map[string]*containerState
+	failReason  string
+	failMessage string
+	deleting    bool
+	grace       time.Duration
+	gone        bool
+
+	// setUpFailures counts the set-ups of CSI volumes that failed in a
+	// row; setUpRetryAt is when the next is due.
+	setUpFailures int
+	setUpRetryAt  time.Time
+	// waitingForVolumes: the pod's CSI volumes wait for the API (a claim
+	// to be bound, a volume to be attached), so an API change retries them.
+	waitingForVolumes bool
+	// abortSetUp cancels a set-up of CSI volumes in progress when the pod
+	// is deleted.
+	abortSetUp context.CancelFunc
+	// unmountWarned: a FailedUnmount Event was recorded.
+	unmountWarned bool
+}
+
+// containerState is what the worker knows of a container beyond the
+// runtime's records.
+type containerState struct {
+	waitingReason, waitingMessage string
+	// warned is the waiting reason an Event was already recorded for.
+	warned string
+	// probes run for one attempt of the container.
+	probeAttempt   int
+	probeCancel    context.CancelFunc
+	started, ready bool
+	hasStartup     bool
+}
+
+func newPodWorker(deps *workerDeps, owner workerOwner, pod *corev1.Pod, startTime time.Time) *podWorker {
+	w := &podWorker{
+		deps: deps, owner: owner, uid: pod.UID, namespace: pod.Namespace, name: pod.Name,
+		kickCh: make(chan struct{}, 1), done: make(chan struct{}), terminateImmediately: make(chan struct{}),
+		pod: pod.DeepCopy(), startTime: startTime, containers: map[string]*containerState{},
+	}
+	w.status = corev1.PodStatus{Phase: corev1.PodPending}
+	return w
+}
+
+func (w *podWorker) start() { go w.run(w.deps.ctx) }
+
+func (w *podWorker) kick() {
+	select {
+	case w.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+func (w *podWorker) state() *podState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return &podState{Pod: w.pod, StartTime: w.startTime, FailReason: w.failReason, FailMessage: w.failMessage}
+}
+
+func (w *podWorker) spec() *corev1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod
+}
+
+func (w *podWorker) finished() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.status.Phase == corev1.PodSucceeded || w.status.Phase == corev1.PodFailed
+}
+
+func (w *podWorker) snapshot() *corev1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pod := w.pod.DeepCopy()
+	pod.Status = *w.status.DeepCopy()
+	return pod
+}
+
+func (w *podWorker) update(pod *corev1.Pod) {
+	w.mu.Lock()
+	w.pod = pod.DeepCopy()
+	w.volumePaths = nil // set up again: downward API files follow labels and annotations
+	w.mu.Unlock()
+	if err := w.deps.states.save(w.state()); err != nil {
+		klog.FromContext(w.deps.ctx).Error(err, "Saving pod state failed", "pod", klog.KObj(pod))
+	}
+	w.kick()
+}
+
+func (w *podWorker) delete(grace time.Duration) {
+	w.mu.Lock()
+	first := !w.deleting
+	if first || grace < w.grace {
+		w.grace = grace
+	}
+	w.deleting = true
+	immediate := w.grace == 0
+	if w.abortSetUp != nil {
+		w.abortSetUp()
+	}
+	w.mu.Unlock()
+	if immediate {
+		select {
+		case <-w.terminateImmediately:
+		default:
+			close(w.terminateImmediately)
+		}
+	}
+	w.kick()
+}
+
+func (w *podWorker) logger(ctx context.Context) klog.Logger {
+	return klog.FromContext(ctx).WithValues("pod", klog.KRef(w.namespace, w.name))
+}
+
+// event records an Event on the pod.
+func (w *podWorker) event(typ, reason, format string, args ...any) {
+	w.deps.recorder.Eventf(w.spec(), typ, reason, format, args...)
+}
+
+func (w *podWorker) run(ctx context.Context) {
+	defer close(w.done)
+	timer := w.deps.clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := w.sync(ctx)
+		w.mu.Lock()
+		gone := w.gone
+		w.mu.Unlock()
+		if gone {
+			return
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		if next > 0 {
+			timer.Reset(next)
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			w.stopProbes()
+			return
+		case <-w.kickCh:
+		case <-timer.C():
+		}
+	}
+}
+
+// sync brings the pod one step closer to what it should be, reports its
+// status, and says when it wants to look again (0: when something
+// happens).
+func (w *podWorker) sync(ctx context.Context) time.Duration {
+	w.mu.Lock()
+	deleting := w.deleting
+	w.mu.Unlock()
+	if deleting {
+		if err := w.terminate(ctx); err != nil {
+			w.logger(ctx).Error(err, "Terminating pod failed; retrying")
+			return retryAfter
+		}
+		return 0
+	}
+	next := w.step(ctx)
+	w.report()
+	return next
+}
+
+// report computes the status and publishes it if it changed.
+func (w *podWorker) report() {
+	w.mu.Lock()
+	v := w.viewLocked()
+	w.mu.Unlock()
+	s := podStatus(v)
+	w.mu.Lock()
+	changed := statusChanged(&w.status, &s)
+	if changed {
+		w.status = s
+	}
+	w.mu.Unlock()
+	if changed {
+		w.owner.published(w.snapshot())
+	}
+}
+
+func (w *podWorker) viewLocked() *podView {
+	v := &podView{
+		pod: w.pod, hostIP: w.deps.address, startTime: w.startTime,
+		sandbox:    w.sandbox != nil && w.sandbox.Ready(),
+		failReason: w.failReason, failMessage: w.failMessage,
+		terminated: w.gone,
+	}
+	if w.sandbox != nil {
+		v.podIPs = w.sandbox.IPs()
+	}
+	view := func(c *corev1.Container, init bool) containerView {
+		cv := containerView{spec: c}
+		cs := w.containerLocked(c.Name)
+		cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
+		cv.started, cv.ready = cs.started, cs.ready
+		if w.sandbox != nil {
+			if st, ok := w.sandbox.Container(c.Name); ok {
+				cv.latest = &st
+				if st.State == StateExited {
+					cv.final = w.gone || w.failReason != "" || !restarts(w.pod, c, init, st.ExitCode)
+				}
+			}
+			if prev, ok := w.sandbox.Previous(c.Name); ok {
+				cv.previous = &prev
+			}
+		}
+		return cv
+	}
+	for i := range w.pod.Spec.InitContainers {
+		v.init = append(v.init, view(&w.pod.Spec.InitContainers[i], true))
+	}
+	for i := range w.pod.Spec.Containers {
+		v.regular = append(v.regular, view(&w.pod.Spec.Containers[i], false))
+	}
+	return v
+}
+
+func (w *podWorker) containerLocked(name string) *containerState {
+	cs, ok := w.containers[name]
+	if !ok {
+		cs = &containerState{}
+		w.containers[name] = cs
+	}
+	return cs
+}
+
+// restarts tells whether a container that exited with code runs again
+// under the pod's restart policy. An init container that succeeded never
+// runs again.
+func restarts(pod *corev1.Pod, c *corev1.Container, init bool, code int) bool {
+	if init && code == 0 {
+		return false
+	}
+	switch pod.Spec.RestartPolicy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true
+}
