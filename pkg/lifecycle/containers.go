@@ -46,9 +46,31 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 		}
 	}
 
+	appsDone := regularDone(pod, w.sandbox)
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		st, ok := w.sandbox.Container(c.Name)
+		if isSidecar(c) {
+			// A sidecar lets the next container start once it has started
+			// (its startup probe passed), and runs as long as the app
+			// containers do; it is restarted whatever the pod's policy.
+			switch {
+			case !ok:
+				soonest(w.startContainer(ctx, pod, c, 0))
+				return next
+			case st.State == StateRunning:
+				w.syncProbes(ctx, pod, c, st)
+				if !w.hasStarted(c.Name) {
+					return next
+				}
+			default:
+				w.syncProbes(ctx, pod, c, st)
+				if !appsDone {
+					soonest(w.restartAfterBackOff(ctx, pod, c, st))
+				}
+			}
+			continue
+		}
 		switch {
 		case !ok:
 			soonest(w.startContainer(ctx, pod, c, 0))
@@ -78,7 +100,42 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
 		}
 	}
+	if appsDone {
+		// The app containers are done for good: the sidecars stop too,
+		// the last started first.
+		w.stopSidecars(ctx, gracePeriod(pod))
+	}
 	return next
+}
+
+// isSidecar tells whether an init container is a restartable one (a
+// native sidecar).
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// regularDone tells whether every app container has exited and will not
+// run again under the pod's restart policy.
+func regularDone(pod *corev1.Pod, sb Sandbox) bool {
+	if sb == nil {
+		return false
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		st, ok := sb.Container(c.Name)
+		if !ok || st.State == StateRunning || restarts(pod, c, false, st.ExitCode) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasStarted tells whether a running container passed its startup probe
+// (or has none).
+func (w *podWorker) hasStarted(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.containerLocked(name).started
 }
 
 // restartAfterBackOff restarts an exited container once its back-off has

@@ -26,6 +26,8 @@ type containerView struct {
 	waitingReason, waitingMessage string
 	// final: an exited container that will not run again.
 	final bool
+	// sidecar: a restartable init container.
+	sidecar bool
 	// started and ready are the startup and readiness probes' verdicts for
 	// a running container.
 	started, ready bool
@@ -126,10 +128,22 @@ func podStatus(v *podView) corev1.PodStatus {
 
 	initDone := true
 	var incomplete []string
+	var unready []string
 	for i := range v.init {
 		iv := &v.init[i]
 		cs := containerStatus(pod.UID, iv, "PodInitializing")
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
+		if iv.sidecar {
+			// Done once started; its readiness counts with the containers'.
+			if iv.latest == nil || cs.State.Running != nil && !*cs.Started {
+				initDone = false
+				incomplete = append(incomplete, iv.spec.Name)
+			}
+			if !cs.Ready {
+				unready = append(unready, iv.spec.Name)
+			}
+			continue
+		}
 		if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
 			initDone = false
 			incomplete = append(incomplete, iv.spec.Name)
@@ -139,7 +153,6 @@ func podStatus(v *podView) corev1.PodStatus {
 	if !initDone {
 		regularWaiting = "PodInitializing"
 	}
-	var unready []string
 	running, waiting, succeeded, failed := 0, 0, 0, 0
 	for i := range v.regular {
 		rv := &v.regular[i]
@@ -164,7 +177,7 @@ func podStatus(v *podView) corev1.PodStatus {
 
 	initFailed := false
 	for i := range v.init {
-		if v.init[i].final && v.init[i].latest != nil && v.init[i].latest.ExitCode != 0 {
+		if !v.init[i].sidecar && v.init[i].final && v.init[i].latest != nil && v.init[i].latest.ExitCode != 0 {
 			initFailed = true
 		}
 	}

@@ -115,6 +115,47 @@ func TestPodStatus(t *testing.T) {
 			wantStates: []string{"waiting:CreateContainerError", "running"},
 		},
 	}
+	sidecar := &corev1.Container{Name: "side"}
+	sidecarRunning := func(started, ready bool) containerView {
+		return containerView{spec: sidecar, sidecar: true, latest: running("side", 0), started: started, ready: ready}
+	}
+	tests = append(tests, []struct {
+		name       string
+		view       podView
+		wantPhase  corev1.PodPhase
+		wantReady  bool
+		wantInit   corev1.ConditionStatus
+		wantStates []string
+	}{
+		{
+			name: "sidecar not started yet: initializing",
+			view: podView{sandbox: true, init: []containerView{sidecarRunning(false, false)},
+				regular: []containerView{{spec: &pod.Spec.Containers[0]}}},
+			wantPhase: corev1.PodPending, wantInit: corev1.ConditionFalse,
+			wantStates: []string{"waiting:PodInitializing"},
+		},
+		{
+			name: "sidecar started and running beside the app: initialized, running, ready",
+			view: podView{sandbox: true, init: []containerView{sidecarRunning(true, true)}, regular: []containerView{
+				{spec: &pod.Spec.Containers[0], latest: running("a", 0), started: true, ready: true}}},
+			wantPhase: corev1.PodRunning, wantReady: true, wantInit: corev1.ConditionTrue,
+			wantStates: []string{"running"},
+		},
+		{
+			name: "an unready sidecar makes the pod unready",
+			view: podView{sandbox: true, init: []containerView{sidecarRunning(true, false)}, regular: []containerView{
+				{spec: &pod.Spec.Containers[0], latest: running("a", 0), started: true, ready: true}}},
+			wantPhase: corev1.PodRunning, wantInit: corev1.ConditionTrue,
+			wantStates: []string{"running"},
+		},
+		{
+			name: "app done, sidecar stopped with SIGTERM: succeeded",
+			view: podView{sandbox: true, init: []containerView{{spec: sidecar, sidecar: true, latest: exited("side", 0, 143), final: true}},
+				regular: []containerView{{spec: &pod.Spec.Containers[0], latest: exited("a", 0, 0), final: true}}},
+			wantPhase: corev1.PodSucceeded, wantInit: corev1.ConditionTrue,
+			wantStates: []string{"terminated:Completed"},
+		},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.view.pod = pod

@@ -27,7 +27,9 @@ func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
 }
 
 // stopAll runs the preStop hooks of the running containers (when hooks is
-// set) and stops them, all within grace.
+// set) and stops them, all within grace: the app containers (and a running
+// init container) first, together, then the sidecars one by one, the last
+// started first.
 func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool) {
 	w.mu.Lock()
 	sb, pod := w.sandbox, w.pod
@@ -36,46 +38,77 @@ func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool
 		return
 	}
 	deadline := w.deps.clock.Now().Add(grace)
-	var wg sync.WaitGroup
+	var first []*corev1.Container
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
-			c := &list[i]
-			if st, ok := sb.Container(c.Name); !ok || st.State != StateRunning {
-				continue
+			if !isSidecar(&list[i]) {
+				first = append(first, &list[i])
 			}
-			wg.Go(func() {
-				if h := lifecycleHandler(c, false); hooks && h != nil && grace > 0 {
-					hctx, cancel := context.WithDeadline(ctx, deadline)
-					go func() {
-						select {
-						case <-w.terminateImmediately:
-							cancel()
-						case <-hctx.Done():
-						}
-					}()
-					if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
-						w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
-					}
-					cancel()
-				}
-				w.event(corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
-				left := max(deadline.Sub(w.deps.clock.Now()), 0)
-				sctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				done := make(chan struct{})
+		}
+	}
+	w.stopContainers(ctx, sb, first, deadline, hooks)
+	w.stopSidecarsBy(ctx, sb, pod, deadline, hooks)
+}
+
+// stopSidecars stops the running sidecars, the last started first, with
+// their preStop hooks, within grace.
+func (w *podWorker) stopSidecars(ctx context.Context, grace time.Duration) {
+	w.mu.Lock()
+	sb, pod := w.sandbox, w.pod
+	w.mu.Unlock()
+	if sb != nil {
+		w.stopSidecarsBy(ctx, sb, pod, w.deps.clock.Now().Add(grace), true)
+	}
+}
+
+func (w *podWorker) stopSidecarsBy(ctx context.Context, sb Sandbox, pod *corev1.Pod, deadline time.Time, hooks bool) {
+	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
+		if c := &pod.Spec.InitContainers[i]; isSidecar(c) {
+			w.stopContainers(ctx, sb, []*corev1.Container{c}, deadline, hooks)
+		}
+	}
+}
+
+// stopContainers runs the preStop hooks of those of cs that run (when
+// hooks is set) and stops them, together, by deadline.
+func (w *podWorker) stopContainers(ctx context.Context, sb Sandbox, cs []*corev1.Container, deadline time.Time, hooks bool) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if st, ok := sb.Container(c.Name); !ok || st.State != StateRunning {
+			continue
+		}
+		wg.Go(func() {
+			if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
+				hctx, cancel := context.WithDeadline(ctx, deadline)
 				go func() {
 					select {
 					case <-w.terminateImmediately:
-						_ = sb.StopContainer(sctx, c.Name, 0)
-					case <-done:
+						cancel()
+					case <-hctx.Done():
 					}
 				}()
-				if err := sb.StopContainer(sctx, c.Name, left); err != nil {
-					w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
+				if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
+					w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
 				}
-				close(done)
-			})
-		}
+				cancel()
+			}
+			w.event(corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
+			left := max(deadline.Sub(w.deps.clock.Now()), 0)
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-w.terminateImmediately:
+					_ = sb.StopContainer(sctx, c.Name, 0)
+				case <-done:
+				}
+			}()
+			if err := sb.StopContainer(sctx, c.Name, left); err != nil {
+				w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
+			}
+			close(done)
+		})
 	}
 	wg.Wait()
 }

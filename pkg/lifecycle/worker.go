@@ -290,8 +290,9 @@ func (w *podWorker) viewLocked() *podView {
 	if w.sandbox != nil {
 		v.podIPs = w.sandbox.IPs()
 	}
+	appsDone := regularDone(w.pod, w.sandbox)
 	view := func(c *corev1.Container, init bool) containerView {
-		cv := containerView{spec: c}
+		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
 		cs := w.containerLocked(c.Name)
 		cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
 		cv.started, cv.ready = cs.started, cs.ready
@@ -299,7 +300,8 @@ func (w *podWorker) viewLocked() *podView {
 			if st, ok := w.sandbox.Container(c.Name); ok {
 				cv.latest = &st
 				if st.State == StateExited {
-					cv.final = w.gone || w.failReason != "" || !restarts(w.pod, c, init, st.ExitCode)
+					cv.final = w.gone || w.failReason != "" || !restarts(w.pod, c, init, st.ExitCode) ||
+						cv.sidecar && appsDone
 				}
 			}
 			if prev, ok := w.sandbox.Previous(c.Name); ok {
@@ -328,8 +330,11 @@ func (w *podWorker) containerLocked(name string) *containerState {
 
 // restarts tells whether a container that exited with code runs again
 // under the pod's restart policy. An init container that succeeded never
-// runs again.
+// runs again; a sidecar always does (until the app containers are done).
 func restarts(pod *corev1.Pod, c *corev1.Container, init bool, code int) bool {
+	if init && isSidecar(c) {
+		return true
+	}
 	if init && code == 0 {
 		return false
 	}
