@@ -95,6 +95,9 @@ func TestStartReportsReadyAndStopLeavesNothing(t *testing.T) {
 // of the subnet on the bridge, survives a crash of containerd and its
 // restart, and Stop after another crash removes it and everything of it.
 func TestPodSandboxSurvivesRestartAndStopRemovesIt(t *testing.T) {
+	if err := crienv.Available(crienv.Options{}); err != nil {
+		t.Skip(err) // before building the image
+	}
 	reg := newRegistry(t, "pause", "3.10.2")
 	env := start(t, crienv.Options{Mirror: reg.url})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -102,9 +105,10 @@ func TestPodSandboxSurvivesRestartAndStopRemovesIt(t *testing.T) {
 	rt := env.RuntimeClient()
 
 	run, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
-		Metadata: &runtimeapi.PodSandboxMetadata{Name: "crienv", Uid: "crienv-uid", Namespace: "default"},
-		Hostname: "crienv",
-		Linux:    &runtimeapi.LinuxPodSandboxConfig{},
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "crienv", Uid: "crienv-uid", Namespace: "default"},
+		Hostname:     "crienv",
+		PortMappings: []*runtimeapi.PortMapping{{Protocol: runtimeapi.Protocol_TCP, ContainerPort: 80, HostPort: freePort(t)}},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
 	}})
 	if err != nil {
 		t.Fatalf("run pod sandbox: %v\ncontainerd log:\n%s", err, readFile(env.LogPath()))
@@ -123,6 +127,11 @@ func TestPodSandboxSurvivesRestartAndStopRemovesIt(t *testing.T) {
 	}
 	if _, err := net.InterfaceByName(env.Bridge()); err != nil {
 		t.Errorf("bridge %s: %v", env.Bridge(), err)
+	}
+	if out, err := exec.Command("iptables", "-w", "-t", "nat", "-S").CombinedOutput(); err != nil {
+		t.Errorf("iptables: %v: %s", err, out)
+	} else if !bytes.Contains(out, []byte(`\"`+env.Network()+`\"`)) {
+		t.Errorf("no nat rule of the host port of %s:\n%s", env.Network(), out)
 	}
 
 	if err := env.Kill(); err != nil {
@@ -175,6 +184,27 @@ func TestTwoEnvironmentsDoNotCollide(t *testing.T) {
 		if _, err := env.RuntimeClient().Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
 			t.Errorf("%s: version: %v", env.Endpoint(), err)
 		}
+	}
+}
+
+// freePort is a TCP port free on the host now.
+func freePort(t *testing.T) int32 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return int32(l.Addr().(*net.TCPAddr).Port)
+}
+
+func TestUnavailableWithoutBinaries(t *testing.T) {
+	err := crienv.Available(crienv.Options{BinDir: t.TempDir()})
+	if !errors.Is(err, crienv.ErrUnavailable) {
+		t.Errorf("without binaries: got %v, want ErrUnavailable", err)
+	}
+	if _, err := crienv.Start(context.Background(), crienv.Options{BinDir: t.TempDir()}); !errors.Is(err, crienv.ErrUnavailable) {
+		t.Errorf("start without binaries: got %v, want ErrUnavailable", err)
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // ErrUnavailable is wrapped by the error of Start when the environment
 // cannot run on this machine: not root, or a binary is missing. Tests skip
 // on it (errors.Is).
-var ErrUnavailable = errors.New("containerd test environment unavailable")
+var ErrUnavailable = errors.New("unavailable")
 
 // Defaults of Options.
 const (
@@ -161,15 +161,32 @@ type Env struct {
 	stopErr error
 }
 
+// Available says whether Start can run here with these options: nil, or
+// an error wrapping ErrUnavailable (not root, a binary missing).
+func Available(opts Options) error {
+	_, err := prepare(opts)
+	return err
+}
+
+// prepare fills in the defaults of opts and checks that everything they
+// name is here.
+func prepare(opts Options) (Options, error) {
+	if err := opts.setDefaults(); err != nil {
+		return opts, fmt.Errorf("containerd test environment: %w", err)
+	}
+	if err := opts.available(); err != nil {
+		return opts, fmt.Errorf("containerd test environment: %w", err)
+	}
+	return opts, nil
+}
+
 // Start creates the environment's directory and configuration, and starts
 // containerd; it returns once the CRI reports the runtime and the network
 // ready. On error, everything it made is gone again.
 func Start(ctx context.Context, opts Options) (*Env, error) {
-	if err := opts.setDefaults(); err != nil {
-		return nil, fmt.Errorf("containerd test environment: %w", err)
-	}
-	if err := opts.available(); err != nil {
-		return nil, fmt.Errorf("containerd test environment: %w", err)
+	opts, err := prepare(opts)
+	if err != nil {
+		return nil, err
 	}
 	e := &Env{opts: opts}
 	if err := e.setUp(); err != nil {
@@ -336,9 +353,10 @@ func ready(ctx context.Context, client runtimeapi.RuntimeServiceClient) error {
 // the CRI, starting containerd again if it was killed), stops containerd,
 // kills whatever of its shims and containers is left, unmounts everything
 // under its directory, deletes its bridge and what the CNI plugins left of
-// its network, and removes the directory, and the CRI's parent cgroups if
-// they are empty and no other environment runs. It is idempotent; the
-// first call's error is returned again.
+// its network, and removes the directory; if no other environment runs, it
+// also removes the CRI's parent cgroups and the portmap plugin's shared
+// chains when nothing uses them. It is idempotent; the first call's error
+// is returned again.
 func (e *Env) Stop() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -354,7 +372,7 @@ func (e *Env) Stop() error {
 		if e.network.bridge != "" {
 			errs = append(errs, deleteLink(e.network.bridge), scrubIptables(e.network.name), removeCNICache(e.network.name))
 		}
-		errs = append(errs, removeNamespaceCgroups(e.slot))
+		errs = append(errs, scrubPortmapChains(e.slot), removeNamespaceCgroups(e.slot))
 		errs = append(errs, e.slot.release())
 	}
 	if err := errors.Join(errs...); err != nil {

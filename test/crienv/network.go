@@ -185,6 +185,78 @@ func scrubIptables(networkName string) error {
 	return errors.Join(errs...)
 }
 
+// portmapChains are the chains the portmap plugin shares among all its
+// networks; it makes them again (with the jumps to them) when it needs them.
+var portmapChains = []string{"CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ"}
+
+// scrubPortmapChains deletes the portmap plugin's shared chains and the
+// jumps to them when no pod's host port uses them (CNI-HOSTPORT-DNAT has
+// no rule) and no other environment runs.
+func scrubPortmapChains(own *slot) error {
+	ipt, err := exec.LookPath("iptables")
+	if err != nil {
+		if ipt, err = exec.LookPath("/usr/sbin/iptables"); err != nil {
+			return nil
+		}
+	}
+	if othersHeld(own) {
+		return nil
+	}
+	out, err := exec.Command(ipt, "-w", "-t", "nat", "-S").Output()
+	if err != nil {
+		return fmt.Errorf("list nat rules: %w", err)
+	}
+	rules, inUse := portmapJumps(string(out))
+	if inUse {
+		return nil
+	}
+	var errs []error
+	for _, r := range rules {
+		if b, err := exec.Command(ipt, append([]string{"-w", "-t", "nat", "-D"}, r...)...).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete nat rule %q: %w: %s", r, err, b))
+		}
+	}
+	for _, c := range portmapChains {
+		if !strings.Contains(string(out), "-N "+c+"\n") {
+			continue
+		}
+		for _, op := range []string{"-F", "-X"} {
+			if b, err := exec.Command(ipt, "-w", "-t", "nat", op, c).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("iptables %s %s: %w: %s", op, c, err, b))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// portmapJumps picks out of "iptables -S" output the rules of other chains
+// that jump to the portmap plugin's shared chains, as arguments for -D, and
+// says whether CNI-HOSTPORT-DNAT has a rule (a host port in use).
+func portmapJumps(listing string) (rules [][]string, inUse bool) {
+	shared := map[string]bool{}
+	for _, c := range portmapChains {
+		shared[c] = true
+	}
+	for _, line := range strings.Split(listing, "\n") {
+		args := splitRule(line)
+		if len(args) < 2 || args[0] != "-A" {
+			continue
+		}
+		if args[1] == "CNI-HOSTPORT-DNAT" {
+			inUse = true
+		}
+		if shared[args[1]] {
+			continue
+		}
+		for i, a := range args[:len(args)-1] {
+			if a == "-j" && shared[args[i+1]] {
+				rules = append(rules, args[1:])
+			}
+		}
+	}
+	return rules, inUse
+}
+
 // ownRules picks out of "iptables -S" output the rules whose comment names
 // the network (the CNI plugins' `name: "<network>" id: "<container>"`), as
 // arguments for -D (chain first), and the per-pod chains they jump to.

@@ -41,3 +41,29 @@ func TestTomlString(t *testing.T) {
 		}
 	}
 }
+
+func TestPortmapJumps(t *testing.T) {
+	listing := `-P PREROUTING ACCEPT
+-N CNI-HOSTPORT-DNAT
+-N CNI-HOSTPORT-MASQ
+-N CNI-HOSTPORT-SETMARK
+-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
+-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE
+-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000
+`
+	rules, inUse := portmapJumps(listing)
+	want := [][]string{
+		{"PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CNI-HOSTPORT-DNAT"},
+		{"OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "CNI-HOSTPORT-DNAT"},
+		{"POSTROUTING", "-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", "CNI-HOSTPORT-MASQ"},
+	}
+	if inUse || !reflect.DeepEqual(rules, want) {
+		t.Errorf("got %q in use %v, want %q not in use", rules, inUse, want)
+	}
+	_, inUse = portmapJumps(listing + `-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"other\" id: \"abc\"" -j CNI-DN-1` + "\n")
+	if !inUse {
+		t.Errorf("a host port's rule in CNI-HOSTPORT-DNAT does not count as in use")
+	}
+}
