@@ -1,13 +1,11 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -278,31 +276,9 @@ func (e execer) ExecSync(ctx context.Context, container string, argv []string) (
 	if sb == nil {
 		return nil, 0, errors.New("pod sandbox is not running")
 	}
-	var out limitedBuffer
-	code, err := sb.Exec(ctx, container, argv, StreamIO{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
+	out, code, err := sb.ExecSync(ctx, container, argv)
 	if err != nil && ctx.Err() == nil {
 		e.w.logger(ctx).Error(err, "Running a probe or hook command failed", "container", container, "command", argv)
 	}
-	return out.Bytes(), code, err
-}
-
-// limitedBuffer keeps the first 10 KiB written to it.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if room := 10<<10 - b.buf.Len(); room > 0 {
-		b.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (b *limitedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
+	return out, code, err
 }

@@ -51,7 +51,12 @@ type Sandbox interface {
 	// StopContainer stops the running attempt of a container: SIGTERM,
 	// then SIGKILL once grace has passed.
 	StopContainer(ctx context.Context, name string, grace time.Duration) error
-	// Exec runs argv in a running container and returns its exit code.
+	// ExecSync runs argv in a running container, as probes and hooks do,
+	// and returns its output (stdout and stderr, up to a bound) and exit
+	// code.
+	ExecSync(ctx context.Context, container string, argv []string) ([]byte, int, error)
+	// Exec runs argv in a running container with the client's streams and
+	// returns its exit code.
 	Exec(ctx context.Context, container string, argv []string, streams StreamIO) (int, error)
 	// Attach connects to the main process of a running container.
 	Attach(ctx context.Context, container string, streams StreamIO) error

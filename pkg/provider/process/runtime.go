@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -194,4 +196,33 @@ func resources(c *corev1.Container) sandbox.Resources {
 		r.CPURequestMillis = q.MilliValue()
 	}
 	return r
+}
+
+// ExecSync runs argv with no input and keeps the first 10 KiB of its
+// output.
+func (s hostSandbox) ExecSync(ctx context.Context, container string, argv []string) ([]byte, int, error) {
+	var out limitedBuffer
+	code, err := s.sb.Exec(ctx, container, argv, sandbox.StreamIO{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
+	return out.Bytes(), code, err
+}
+
+// limitedBuffer keeps the first 10 KiB written to it.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := 10<<10 - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
