@@ -178,15 +178,15 @@ func formPodDNSConfig(pod *corev1.Pod, opts dnsOptions, host *runtimeapi.DNSConf
 	if dc := pod.Spec.DNSConfig; dc != nil {
 		cfg.Servers = withoutDuplicates(append(cfg.Servers, dc.Nameservers...))
 		cfg.Searches = withoutDuplicates(append(cfg.Searches, dc.Searches...))
-		opts := make([]string, 0, len(dc.Options))
+		more := make([]string, 0, len(dc.Options))
 		for _, o := range dc.Options {
 			if o.Value != nil && *o.Value != "" {
-				opts = append(opts, o.Name+":"+*o.Value)
+				more = append(more, o.Name+":"+*o.Value)
 			} else {
-				opts = append(opts, o.Name)
+				more = append(more, o.Name)
 			}
 		}
-		cfg.Options = mergeOptions(cfg.Options, opts)
+		cfg.Options = mergeOptions(cfg.Options, more)
 	}
 	if len(cfg.Servers) > maxDNSNameservers {
 		cfg.Servers = cfg.Servers[:maxDNSNameservers]
