@@ -128,6 +128,11 @@ func osImage() string {
 	return "Linux"
 }
 
+// Capacity is the host's capacity.
+func (h *Host) Capacity() corev1.ResourceList {
+	return h.readHost().capacity.DeepCopy()
+}
+
 // Allocatable is the host's capacity less what is reserved.
 func (h *Host) Allocatable() corev1.ResourceList {
 	out := h.readHost().capacity.DeepCopy()

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -63,4 +64,22 @@ func Unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Under lists the mount points of the calling process's mount namespace
+// strictly below dir. A pod's directory holds its volumes: removing it while
+// one is still mounted would delete the volume's data.
+func Under(dir string) ([]string, error) {
+	mounts, err := Read()
+	if err != nil {
+		return nil, err
+	}
+	prefix := filepath.Clean(dir) + string(filepath.Separator)
+	var out []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.Point, prefix) {
+			out = append(out, m.Point)
+		}
+	}
+	return out, nil
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/mountinfo"
 )
 
 // Options configure a Manager. Zero values take the defaults.
@@ -440,7 +442,7 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	}
 	// A volume still mounted in the pod's directory (a CSI volume not
 	// unpublished) must not be emptied by the removal.
-	mounts, err := mountsUnder(dir)
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return fmt.Errorf("remove pod directory: %w", err)
 	}

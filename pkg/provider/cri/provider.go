@@ -1,0 +1,285 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/hostnode"
+	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/provider"
+)
+
+var (
+	_ provider.PodLifecycleHandler = (*Provider)(nil)
+	_ provider.NodeProvider        = (*Provider)(nil)
+)
+
+// DefaultEndpoint is containerd's CRI socket.
+const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
+
+// Options configure the CRI provider of one node. NodeName, Address and
+// RootDir are required.
+type Options struct {
+	NodeName string
+	// Address is the node's InternalIP: every pod's hostIP.
+	Address string
+	// Port is the kubelet API port published in daemonEndpoints.
+	Port int32
+	// RootDir holds the pods' state, volumes, /etc/hosts files and
+	// termination messages.
+	RootDir string
+	// Reserved is taken from the host's capacity to give allocatable.
+	Reserved corev1.ResourceList
+	// MaxPods is the node's pod capacity; default 110.
+	MaxPods int64
+	// Version is the kubelet version in nodeInfo.
+	Version string
+	// Endpoint is the runtime's CRI socket; default DefaultEndpoint.
+	Endpoint string
+	// RequestTimeout bounds each runtime call but pulls; default 2 min.
+	RequestTimeout time.Duration
+	// ClusterDNS and ClusterDomain make pods' resolver configuration;
+	// ResolvConf is the host's (default /etc/resolv.conf).
+	ClusterDNS    []string
+	ClusterDomain string
+	ResolvConf    string
+	// PodLogsDir (default /var/log/pods) holds the containers' logs, and
+	// ContainerLogsDir (default /var/log/containers) links to them.
+	PodLogsDir       string
+	ContainerLogsDir string
+	// RuntimeHandler resolves a RuntimeClass to its handler; nil refuses
+	// every pod that names one.
+	RuntimeHandler func(runtimeClass string) (string, error)
+	// Clock drives back-off, deadlines and probes; default the real clock.
+	Clock clock.WithTicker
+	// CleanUpPeriod is how often leftovers of pods that are gone are
+	// cleaned up; default lifecycle.DefaultCleanUpPeriod.
+	CleanUpPeriod time.Duration
+}
+
+// Provider runs the pods of one node through a CRI runtime: the pod
+// lifecycle over the runtime's sandboxes and containers, and the node's
+// description, whose Ready condition follows the runtime's.
+type Provider struct {
+	*lifecycle.Manager
+	opts    Options
+	host    *hostnode.Host
+	runtime *criRuntime
+
+	mu      sync.Mutex
+	version string // <runtime>://<version>
+	images  []corev1.ContainerImage
+}
+
+// New returns a provider of the runtime at opts.Endpoint; parts.Runtime is
+// set to it. Nothing is dialled until Run or the first call, so a runtime
+// that is not there yet makes the node NotReady, not the agent fail.
+func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
+	if opts.Endpoint == "" {
+		opts.Endpoint = DefaultEndpoint
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 2 * time.Minute
+	}
+	if opts.ResolvConf == "" {
+		opts.ResolvConf = "/etc/resolv.conf"
+	}
+	if opts.ContainerLogsDir == "" {
+		opts.ContainerLogsDir = "/var/log/containers"
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.RuntimeHandler == nil {
+		opts.RuntimeHandler = func(name string) (string, error) {
+			return "", errors.New("RuntimeClasses are not available to this node")
+		}
+	}
+	if !strings.HasPrefix(opts.Endpoint, "unix://") {
+		return nil, fmt.Errorf("cri provider: container runtime endpoint %q: only unix:// sockets are supported", opts.Endpoint)
+	}
+	if parts.Env == nil {
+		return nil, errors.New("cri provider: env is required")
+	}
+	host := hostnode.New(hostnode.Options{
+		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
+		Port: opts.Port, Reserved: opts.Reserved, MaxPods: opts.MaxPods, Version: opts.Version,
+	})
+	var memory int64
+	if q, ok := host.Capacity()[corev1.ResourceMemory]; ok {
+		memory = q.Value()
+	}
+	node := nodeSettings{NodeName: opts.NodeName, PodLogsDir: opts.PodLogsDir, MemoryCapacity: memory}.withDefaults()
+	dns := dnsOptions{ClusterDNS: opts.ClusterDNS, ClusterDomain: opts.ClusterDomain, ResolvConf: opts.ResolvConf}
+	if ip := net.ParseIP(opts.Address); ip != nil {
+		dns.NodeIPs = []net.IP{ip}
+	}
+	node.DNS = dns
+	if err := node.validate(); err != nil {
+		return nil, fmt.Errorf("cri provider: %w", err)
+	}
+	conn := newConnection(opts.Endpoint, opts.RequestTimeout, opts.Clock)
+	rt := &criRuntime{
+		conn: conn, node: node, rootDir: opts.RootDir, recorder: parts.Recorder, clock: opts.Clock,
+		images:           newImageManager(conn, parts.Env.Secret, parts.Recorder, opts.Clock),
+		handler:          opts.RuntimeHandler,
+		dns:              dns,
+		containerLogsDir: opts.ContainerLogsDir,
+		sandboxes:        map[types.UID]*criSandbox{},
+		relistNow:        make(chan struct{}, 1),
+	}
+	parts.Runtime = rt
+	m, err := lifecycle.New(parts, lifecycle.Options{
+		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
+		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cri provider: %w", err)
+	}
+	return &Provider{Manager: m, opts: opts, host: host, runtime: rt}, nil
+}
+
+// Run keeps the snapshot of the runtime current (relist and container
+// events) and runs the pod lifecycle until ctx ends. The pods keep running
+// in the runtime after it returns.
+func (p *Provider) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { p.runtime.run(ctx) })
+	wg.Go(func() { p.runtime.watchEvents(ctx) })
+	wg.Go(func() { p.listImages(ctx) })
+	err := p.waitForRuntime(ctx)
+	if err == nil {
+		err = p.Manager.Run(ctx)
+	}
+	wg.Wait()
+	p.runtime.conn.close(context.Background())
+	return err
+}
+
+// waitForRuntime waits until the runtime answers: the pods an earlier
+// agent left are found through it.
+func (p *Provider) waitForRuntime(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	for {
+		_, _, err := p.runtime.conn.services(ctx)
+		if err == nil {
+			return nil
+		}
+		logger.V(2).Info("Waiting for the container runtime", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.opts.Clock.After(redialEvery):
+		}
+	}
+}
+
+// Ping asks the runtime for its status: an error (the node is NotReady
+// with it) names the endpoint when the runtime does not answer, and the
+// condition that is not true when it does.
+func (p *Provider) Ping(ctx context.Context) error {
+	rs, _, err := p.runtime.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := rs.Status(ctx, false)
+	if err != nil {
+		return fmt.Errorf("container runtime at %s: status: %w", p.opts.Endpoint, err)
+	}
+	var errs []error
+	for _, want := range []string{runtimeapi.RuntimeReady, runtimeapi.NetworkReady} {
+		found := false
+		for _, c := range st.GetStatus().GetConditions() {
+			if c.Type != want {
+				continue
+			}
+			found = true
+			if !c.Status {
+				errs = append(errs, fmt.Errorf("container runtime %s is false: %s: %s", want, c.Reason, c.Message))
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("container runtime reports no %s condition", want))
+		}
+	}
+	if len(errs) == 0 && p.runtimeVersion() == "" {
+		if v, err := rs.Version(ctx, ""); err == nil {
+			p.mu.Lock()
+			p.version = v.RuntimeName + "://" + v.RuntimeVersion
+			p.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Provider) runtimeVersion() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version
+}
+
+// ConfigureNode describes the host, Ready (the node controller makes it
+// False while Ping fails), the runtime's version, the images it has and
+// the CSI volumes in use.
+func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
+	p.host.Describe(node)
+	s := &node.Status
+	hostnode.SetCondition(s, corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "nodelet is posting ready status")
+	s.NodeInfo.ContainerRuntimeVersion = p.runtimeVersion()
+	p.mu.Lock()
+	s.Images = append([]corev1.ContainerImage(nil), p.images...)
+	p.mu.Unlock()
+	s.VolumesInUse = nil
+	if inUse := p.VolumesInUse(); len(inUse) > 0 {
+		s.VolumesInUse = inUse
+	}
+}
+
+// Images listed in node status, as the kubelet's nodeStatusMaxImages.
+const maxNodeImages = 50
+
+// imageListPeriod is how often the runtime's images are listed for the
+// node's status.
+const imageListPeriod = 30 * time.Second
+
+// listImages keeps the node's image list, largest first, current.
+func (p *Provider) listImages(ctx context.Context) {
+	for {
+		if _, is, err := p.runtime.conn.services(ctx); err == nil {
+			if list, err := is.ListImages(ctx, nil); err == nil {
+				sort.Slice(list, func(i, j int) bool { return list[i].Size > list[j].Size })
+				var images []corev1.ContainerImage
+				for _, img := range list {
+					if len(images) == maxNodeImages {
+						break
+					}
+					names := append(append([]string{}, img.RepoDigests...), img.RepoTags...)
+					if len(names) == 0 {
+						continue
+					}
+					images = append(images, corev1.ContainerImage{Names: names, SizeBytes: int64(img.Size)})
+				}
+				p.mu.Lock()
+				p.images = images
+				p.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.opts.Clock.After(imageListPeriod):
+		}
+	}
+}

@@ -1,0 +1,366 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/mountinfo"
+)
+
+// relistPeriod is how often the runtime's sandboxes and containers are
+// listed again, the backstop of the container events.
+const relistPeriod = time.Second
+
+// criRuntime is the pod lifecycle's runtime over a CRI runtime service. It
+// keeps a snapshot of the node's sandboxes and containers (those labelled
+// with the node's name), refreshed on container events, after each call
+// that changes them, and every relistPeriod; a runtime that does not
+// answer leaves the snapshot as it was, so nothing looks exited because
+// the runtime is down.
+type criRuntime struct {
+	conn     *connection
+	node     nodeSettings
+	rootDir  string
+	recorder record.EventRecorder
+	clock    clock.WithTicker
+	images   *imageManager
+	// containerLogsDir holds the links to the containers' logs.
+	containerLogsDir string
+	// handler resolves a RuntimeClass name to its runtime handler.
+	handler func(name string) (string, error)
+	dns     dnsOptions
+
+	mu        sync.Mutex
+	sandboxes map[types.UID]*criSandbox
+	onExit    func(uid types.UID, container string)
+	// runtimeName is the runtime's name from Version, the scheme of
+	// container IDs.
+	runtimeName string
+
+	relistNow chan struct{}
+}
+
+var _ lifecycle.Runtime = (*criRuntime)(nil)
+
+func (r *criRuntime) OnExit(f func(uid types.UID, container string)) {
+	r.mu.Lock()
+	r.onExit = f
+	r.mu.Unlock()
+}
+
+// kick asks the relist loop to relist now.
+func (r *criRuntime) kick() {
+	select {
+	case r.relistNow <- struct{}{}:
+	default:
+	}
+}
+
+// run relists every relistPeriod, and at once when kicked, until ctx ends.
+func (r *criRuntime) run(ctx context.Context) {
+	t := r.clock.NewTicker(relistPeriod)
+	defer t.Stop()
+	for {
+		if err := r.relist(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).V(4).Info("Relisting the runtime failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-r.relistNow:
+		}
+	}
+}
+
+// watchEvents kicks the relist on every container event the runtime
+// sends, and follows the stream again when it breaks.
+func (r *criRuntime) watchEvents(ctx context.Context) {
+	for ctx.Err() == nil {
+		rs, _, err := r.conn.services(ctx)
+		if err == nil {
+			ch := make(chan *runtimeapi.ContainerEventResponse, 64)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-ch:
+						r.kick()
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+			err = rs.GetContainerEvents(ctx, ch, nil)
+			close(ch)
+			<-done
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		klog.FromContext(ctx).V(4).Info("Container events stream ended; following it again", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-r.clock.After(5 * time.Second):
+		}
+	}
+}
+
+// relist refreshes the snapshot of every sandbox and container of the node,
+// and tells the lifecycle about containers that exited since.
+func (r *criRuntime) relist(ctx context.Context) error {
+	rs, _, err := r.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	if r.runtimeName == "" {
+		if v, err := rs.Version(ctx, ""); err == nil {
+			r.mu.Lock()
+			r.runtimeName = v.RuntimeName
+			r.mu.Unlock()
+		}
+	}
+	sandboxes, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: nodeSelector(r.node.NodeName)})
+	if err != nil {
+		return fmt.Errorf("list pod sandboxes: %w", err)
+	}
+	containers, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: nodeSelector(r.node.NodeName)})
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	byPod := map[types.UID][]*runtimeapi.PodSandbox{}
+	for _, s := range sandboxes {
+		ref, err := podRefFromLabels(s.Labels)
+		if err != nil {
+			continue
+		}
+		byPod[ref.UID] = append(byPod[ref.UID], s)
+	}
+	bySandbox := map[string][]*runtimeapi.Container{}
+	for _, c := range containers {
+		bySandbox[c.PodSandboxId] = append(bySandbox[c.PodSandboxId], c)
+	}
+	var exited []*criSandbox
+	var names [][]string
+	r.mu.Lock()
+	for uid, list := range byPod {
+		// The newest sandbox is the pod's; older ones are left from a
+		// sandbox that died and are removed with the pod.
+		sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt > list[j].CreatedAt })
+		s := list[0]
+		sb := r.sandboxes[uid]
+		if sb == nil || sb.id != s.Id {
+			sb = &criSandbox{rt: r, uid: uid, id: s.Id, logDir: s.GetMetadata().GetNamespace(), containers: map[string][]*criContainer{}}
+			sb.logDir = podLogDir(r.node.PodLogsDir, s.GetMetadata().GetNamespace(), s.GetMetadata().GetName(), uid)
+			r.sandboxes[uid] = sb
+		}
+		sb.mu.Lock()
+		sb.ready = s.State == runtimeapi.PodSandboxState_SANDBOX_READY
+		sb.mu.Unlock()
+	}
+	for uid := range r.sandboxes {
+		if _, ok := byPod[uid]; !ok {
+			delete(r.sandboxes, uid)
+		}
+	}
+	current := make([]*criSandbox, 0, len(r.sandboxes))
+	for _, sb := range r.sandboxes {
+		current = append(current, sb)
+	}
+	r.mu.Unlock()
+	for _, sb := range current {
+		if gone := sb.update(ctx, rs, bySandbox[sb.id]); len(gone) > 0 {
+			exited = append(exited, sb)
+			names = append(names, gone)
+		}
+		sb.fillIPs(ctx, rs)
+	}
+	r.mu.Lock()
+	notify := r.onExit
+	r.mu.Unlock()
+	if notify != nil {
+		for i, sb := range exited {
+			for _, name := range names[i] {
+				notify(sb.uid, name)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *criRuntime) Sandboxes(ctx context.Context) ([]lifecycle.Sandbox, error) {
+	if err := r.relist(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]lifecycle.Sandbox, 0, len(r.sandboxes))
+	for _, sb := range r.sandboxes {
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// podDir holds what the agent keeps for a pod beside the runtime: its
+// /etc/hosts and its containers' termination message files.
+func (r *criRuntime) podDir(uid types.UID) string {
+	return filepath.Join(r.rootDir, "pods", string(uid))
+}
+
+// EnsureSandbox runs the pod's sandbox: its DNS, host name, ports,
+// namespaces, sysctls, cgroup and RuntimeClass handler as the kubelet sets
+// them, then writes its /etc/hosts from the IPs CNI gave it. A sandbox that
+// no longer runs is replaced by a new one.
+func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSpec) (lifecycle.Sandbox, error) {
+	pod := spec.Pod
+	rs, _, err := r.conn.services(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	old := r.sandboxes[pod.UID]
+	r.mu.Unlock()
+	var attempt uint32
+	if old != nil {
+		if old.Ready() {
+			return old, nil
+		}
+		attempt = old.attempt + 1
+		if err := r.removeSandboxes(ctx, pod.UID); err != nil {
+			return nil, err
+		}
+	}
+	handler := ""
+	if name := pod.Spec.RuntimeClassName; name != nil && *name != "" {
+		if handler, err = r.handler(*name); err != nil {
+			return nil, fmt.Errorf("RuntimeClass %q: %w", *name, err)
+		}
+	}
+	dns, warnings, err := podDNSConfig(pod, r.dns)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range warnings {
+		r.recorder.Event(pod, corev1.EventTypeWarning, w.Reason, w.Message)
+	}
+	cfg, err := sandboxConfig(pod, r.node, sandboxParams{Attempt: attempt, DNS: dns, CgroupParent: cgroupParent(pod)})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
+		return nil, fmt.Errorf("pod log directory: %w", err)
+	}
+	id, err := rs.RunPodSandbox(ctx, cfg, handler)
+	if err != nil {
+		return nil, err
+	}
+	sb := &criSandbox{rt: r, uid: pod.UID, id: id, attempt: attempt, config: cfg, logDir: cfg.LogDirectory,
+		ready: true, containers: map[string][]*criContainer{}}
+	sb.fillIPs(ctx, rs)
+	if needsHostsFile(pod, sb.IPs()) {
+		content, err := podHostsFile(pod, sb.IPs(), r.dns.ClusterDomain, etcHostsPath)
+		if err == nil {
+			err = os.MkdirAll(r.podDir(pod.UID), 0o755)
+		}
+		if err == nil {
+			err = writeHostsFile(sb.hostsFile(), content)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pod /etc/hosts: %w", err)
+		}
+	}
+	r.mu.Lock()
+	r.sandboxes[pod.UID] = sb
+	r.mu.Unlock()
+	return sb, nil
+}
+
+// cgroupParent is the pod's cgroup under nodelet's, by QoS class, in the
+// cgroupfs driver's form.
+func cgroupParent(pod *corev1.Pod) string {
+	switch podQOS(pod) {
+	case corev1.PodQOSGuaranteed:
+		return "/nodelet/pod" + string(pod.UID)
+	case corev1.PodQOSBurstable:
+		return "/nodelet/burstable/pod" + string(pod.UID)
+	}
+	return "/nodelet/besteffort/pod" + string(pod.UID)
+}
+
+// RemoveSandbox stops and removes every sandbox of the pod with its
+// containers, their log links and the pod's directory.
+func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
+	if err := r.removeSandboxes(ctx, uid); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	delete(r.sandboxes, uid)
+	r.mu.Unlock()
+	dir := r.podDir(uid)
+	mounted, err := mountinfo.Under(dir)
+	if err != nil {
+		return err
+	}
+	if len(mounted) > 0 {
+		return fmt.Errorf("pod directory %s still has mounts: %v", dir, mounted)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove pod directory: %w", err)
+	}
+	return nil
+}
+
+func (r *criRuntime) removeSandboxes(ctx context.Context, uid types.UID) error {
+	rs, _, err := r.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: podSelector(r.node.NodeName, uid)})
+	if err != nil {
+		return fmt.Errorf("list the pod's sandboxes: %w", err)
+	}
+	containers, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: podSelector(r.node.NodeName, uid)})
+	if err != nil {
+		return fmt.Errorf("list the pod's containers: %w", err)
+	}
+	var errs []error
+	for _, c := range containers {
+		r.removeLogLink(c.Id)
+	}
+	for _, s := range list {
+		if err := rs.StopPodSandbox(ctx, s.Id); err != nil {
+			errs = append(errs, fmt.Errorf("stop sandbox %s: %w", s.Id, err))
+			continue
+		}
+		if err := rs.RemovePodSandbox(ctx, s.Id); err != nil {
+			errs = append(errs, fmt.Errorf("remove sandbox %s: %w", s.Id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// containerID is an ID as the API shows it: <runtime>://<id>.
+func (r *criRuntime) containerID(id string) string {
+	r.mu.Lock()
+	name := r.runtimeName
+	r.mu.Unlock()
+	if name == "" {
+		name = "cri"
+	}
+	return name + "://" + id
+}
