@@ -120,8 +120,8 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	var nodes []node.Node
 	var loops map[string]func(context.Context) error
 	switch cfg.Provider {
-	case config.ProviderProcess:
-		nodes, loops, err = processNode(client, recorder, cfg, clusterFactory, nodeFactory)
+	case config.ProviderProcess, config.ProviderCRI:
+		nodes, loops, err = hostNode(client, recorder, cfg, clusterFactory, nodeFactory)
 	default:
 		nodes, err = simNodes(managed, cfg, volumes)
 	}

@@ -12,8 +12,10 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +32,7 @@ const (
 
 	ProviderSim     = "sim"
 	ProviderProcess = "process"
+	ProviderCRI     = "cri"
 )
 
 // Config is everything the agent is told. Field names follow the kubelet's
@@ -47,7 +50,7 @@ type Config struct {
 	// Shard "i/n" makes this agent manage only the nodes whose name hashes
 	// to i of n, so that n agents together manage every node exactly once.
 	Shard string `json:"shard,omitempty"`
-	// Provider runs the pods: "sim" or "process".
+	// Provider runs the pods: "sim", "process" or "cri".
 	Provider string `json:"provider,omitempty"`
 	// NodeLabels are added to the Node at registration and kept there.
 	NodeLabels map[string]string `json:"nodeLabels,omitempty"`
@@ -113,6 +116,24 @@ type Config struct {
 	// VolumeSyncPeriod is how often ConfigMap, Secret, downward API and
 	// projected volumes are refreshed.
 	VolumeSyncPeriod metav1.Duration `json:"volumeSyncPeriod,omitempty"`
+
+	// ContainerRuntimeEndpoint is the CRI socket of the cri provider's
+	// container runtime.
+	ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint,omitempty"`
+	// RuntimeRequestTimeout bounds each call to the container runtime but
+	// image pulls.
+	RuntimeRequestTimeout metav1.Duration `json:"runtimeRequestTimeout,omitempty"`
+	// ClusterDNS are the cluster DNS servers' addresses and ClusterDomain
+	// the cluster's domain, which pods with dnsPolicy ClusterFirst resolve
+	// with (cri provider); ResolvConf is the host's resolver configuration
+	// that pods with dnsPolicy Default get.
+	ClusterDNS    []string `json:"clusterDNS,omitempty"`
+	ClusterDomain string   `json:"clusterDomain,omitempty"`
+	ResolvConf    string   `json:"resolvConf,omitempty"`
+	// PodLogsDir holds the cri provider's container logs,
+	// <podLogsDir>/<namespace>_<pod>_<uid>/<container>/<restart>.log, linked
+	// from the directory "containers" beside it.
+	PodLogsDir string `json:"podLogsDir,omitempty"`
 
 	// ConfigTrialDuration is how long a newly assigned remote config is on
 	// trial: if it fails to load or the agent fails to become healthy
@@ -187,7 +208,13 @@ func (c *Config) ServerEnabled() bool {
 	if c.EnableServer != nil {
 		return *c.EnableServer
 	}
-	return c.Provider == ProviderProcess
+	return c.RunsHostPods()
+}
+
+// RunsHostPods tells whether the provider runs real pods on this host
+// (process or cri), one node per agent.
+func (c *Config) RunsHostPods() bool {
+	return c.Provider == ProviderProcess || c.Provider == ProviderCRI
 }
 
 // SimConfig configures simulated pods and nodes. Left at their defaults,
@@ -315,6 +342,19 @@ func SetDefaults(c *Config) {
 	if c.MaxPods == 0 {
 		c.MaxPods = 110
 	}
+	if c.ContainerRuntimeEndpoint == "" {
+		c.ContainerRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	}
+	setDuration(&c.RuntimeRequestTimeout, 2*time.Minute)
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = "cluster.local"
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = "/etc/resolv.conf"
+	}
+	if c.PodLogsDir == "" {
+		c.PodLogsDir = "/var/log/pods"
+	}
 	if c.ContainerLogMaxSize.IsZero() {
 		c.ContainerLogMaxSize = resource.MustParse("10Mi")
 	}
@@ -407,12 +447,26 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	switch c.Provider {
 	case ProviderSim:
-	case ProviderProcess:
+	case ProviderProcess, ProviderCRI:
 		if c.Nodes > 0 {
-			errs = append(errs, field.Invalid(field.NewPath("nodes"), c.Nodes, "the process provider runs one node per host: must be 0"))
+			errs = append(errs, field.Invalid(field.NewPath("nodes"), c.Nodes, "the "+c.Provider+" provider runs one node per host: must be 0"))
 		}
 	default:
-		errs = append(errs, field.NotSupported(field.NewPath("provider"), c.Provider, []string{ProviderSim, ProviderProcess}))
+		errs = append(errs, field.NotSupported(field.NewPath("provider"), c.Provider, []string{ProviderSim, ProviderProcess, ProviderCRI}))
+	}
+	if !strings.HasPrefix(c.ContainerRuntimeEndpoint, "unix://") || len(c.ContainerRuntimeEndpoint) == len("unix://") {
+		errs = append(errs, field.Invalid(field.NewPath("containerRuntimeEndpoint"), c.ContainerRuntimeEndpoint, "must be unix:///path/to/socket"))
+	}
+	if c.RuntimeRequestTimeout.Duration <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("runtimeRequestTimeout"), c.RuntimeRequestTimeout.Duration.String(), "must be greater than 0"))
+	}
+	for i, ip := range c.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, field.Invalid(field.NewPath("clusterDNS").Index(i), ip, "must be an IP address"))
+		}
+	}
+	if !filepath.IsAbs(c.PodLogsDir) {
+		errs = append(errs, field.Invalid(field.NewPath("podLogsDir"), c.PodLogsDir, "must be an absolute path"))
 	}
 	if !filepath.IsAbs(c.RootDir) {
 		errs = append(errs, field.Invalid(field.NewPath("rootDir"), c.RootDir, "must be an absolute path"))

@@ -22,26 +22,19 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/provider/cri"
 	"github.com/nodelet/nodelet/pkg/provider/process"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 	"github.com/nodelet/nodelet/pkg/server"
 )
 
-// processNode builds the one node of the process provider, and the loops
-// that supervise its pods and register its CSI drivers, with the informers
-// of the caller, who starts them: claims, volumes, CSI drivers and volume
-// attachments from cluster, and the node (at least) from nodes.
-func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
+// hostNode builds the one node of a provider that runs pods on this host
+// (process or cri), and the loops that supervise its pods and register its
+// CSI drivers, with the informers of the caller, who starts them: claims,
+// volumes, CSI drivers, volume attachments and RuntimeClasses from cluster,
+// and the node (at least) from nodes.
+func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
 	cluster, nodes informers.SharedInformerFactory) ([]node.Node, map[string]func(context.Context) error, error) {
-	rt, err := sandbox.NewManager(sandbox.Options{
-		Exe:         shimBinary(),
-		RootDir:     cfg.RootDir,
-		LogMaxSize:  cfg.ContainerLogMaxSize.Value(),
-		LogMaxFiles: int(cfg.ContainerLogMaxFiles),
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("process runtime: %w", err)
-	}
 	reserved := corev1.ResourceList{}
 	for _, list := range []corev1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
 		for name, q := range list {
@@ -82,20 +75,39 @@ func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg
 		return nil, nil, err
 	}
 
-	p, err := process.New(rt, lifecycle.Parts{
+	parts := lifecycle.Parts{
 		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
 		Env:      env.NewGetter(client),
 		Recorder: recorder,
 		CSI:      mounter,
-	}, process.Options{
-		NodeName: cfg.NodeName,
-		Address:  cfg.Address,
-		Port:     cfg.Port,
-		RootDir:  cfg.RootDir,
-		Reserved: reserved,
-		MaxPods:  int64(cfg.MaxPods),
-		Version:  Version,
-	})
+	}
+	var p hostProvider
+	switch cfg.Provider {
+	case config.ProviderCRI:
+		p, err = cri.New(parts, cri.Options{
+			NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
+			Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
+			Endpoint: cfg.ContainerRuntimeEndpoint, RequestTimeout: cfg.RuntimeRequestTimeout.Duration,
+			ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: cfg.ResolvConf,
+			PodLogsDir: cfg.PodLogsDir, ContainerLogsDir: filepath.Join(filepath.Dir(cfg.PodLogsDir), "containers"),
+			RuntimeHandler: runtimeHandlers(cluster),
+		})
+	default:
+		var sandboxes *sandbox.Manager
+		sandboxes, err = sandbox.NewManager(sandbox.Options{
+			Exe:         shimBinary(),
+			RootDir:     cfg.RootDir,
+			LogMaxSize:  cfg.ContainerLogMaxSize.Value(),
+			LogMaxFiles: int(cfg.ContainerLogMaxFiles),
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("process runtime: %w", err)
+		}
+		p, err = process.New(sandboxes, parts, process.Options{
+			NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
+			Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
+		})
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,9 +123,30 @@ func processNode(client kubernetes.Interface, recorder record.EventRecorder, cfg
 	}
 	built := []node.Node{{Template: nodeTemplate(cfg.NodeName, cfg), Provider: p}}
 	return built, map[string]func(context.Context) error{
-		"process provider":    p.Run,
-		"csi driver registry": registrar.Run,
+		cfg.Provider + " provider": p.Run,
+		"csi driver registry":      registrar.Run,
 	}, nil
+}
+
+// hostProvider is what a provider of this host's pods is to the agent.
+type hostProvider interface {
+	provider.PodLifecycleHandler
+	provider.NodeProvider
+	Run(ctx context.Context) error
+	VolumesChanged()
+}
+
+// runtimeHandlers resolves RuntimeClasses to their handlers through the
+// cluster's RuntimeClass informer.
+func runtimeHandlers(cluster informers.SharedInformerFactory) func(string) (string, error) {
+	lister := cluster.Node().V1().RuntimeClasses().Lister()
+	return func(name string) (string, error) {
+		rc, err := lister.Get(name)
+		if err != nil {
+			return "", err
+		}
+		return rc.Handler, nil
+	}
 }
 
 // shimBinary is the nodelet-shim beside this executable, which starts
