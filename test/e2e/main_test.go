@@ -80,6 +80,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer stopCRI()
 	return m.Run()
 }
 

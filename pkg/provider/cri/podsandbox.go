@@ -312,6 +312,7 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 	if err != nil {
 		return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 	}
+	s.removeUnstarted(ctx, rs, c.Name, spec.Attempt)
 	id, err := rs.CreateContainer(ctx, s.id, cfg, sbCfg)
 	if err != nil {
 		return &lifecycle.WaitError{Reason: "CreateContainerError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
@@ -364,6 +365,22 @@ func (s *criSandbox) removeDead(ctx context.Context, rs internalapi.RuntimeServi
 		}
 		s.rt.removeLogLink(c.id)
 		_ = os.Remove(filepath.Join(s.rt.podDir(s.uid), "containers", name, fmt.Sprintf("%d.termination-log", c.status.Attempt)))
+	}
+}
+
+// removeUnstarted removes a container of this name and attempt that was
+// created and never started (an agent stopped between the two): its name
+// is taken in the runtime.
+func (s *criSandbox) removeUnstarted(ctx context.Context, rs internalapi.RuntimeService, name string, attempt int) {
+	list, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: s.id,
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_CREATED}})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		if c.GetMetadata().GetName() == name && c.GetMetadata().GetAttempt() == uint32(attempt) {
+			_ = rs.RemoveContainer(ctx, c.Id)
+		}
 	}
 }
 

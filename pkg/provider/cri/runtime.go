@@ -311,6 +311,12 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.sandboxes, uid)
 	r.mu.Unlock()
+	logDirs, _ := filepath.Glob(filepath.Join(r.node.PodLogsDir, "*_"+string(uid)))
+	for _, d := range logDirs {
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("remove pod log directory: %w", err)
+		}
+	}
 	dir := r.podDir(uid)
 	mounted, err := mountinfo.Under(dir)
 	if err != nil {

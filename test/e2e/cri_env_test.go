@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/test/crienv"
+)
+
+// The cri tests share one private containerd and one image registry per
+// test binary, started by the first test that needs them and stopped when
+// the binary ends; each test runs a node of its own, and the node's label
+// on every sandbox and container keeps the nodes' pods apart in the
+// runtime.
+
+var (
+	criOnce sync.Once
+	criRT   *crienv.Env
+	criReg  *registry
+	criErr  error
+)
+
+// registry is bin/images serve over the images make images built.
+type registry struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+// Credentials of the registry's private/ repositories.
+const registryUser, registryPassword = "nodelet", "s3cret"
+
+func startRegistry() (*registry, error) {
+	imagesDir := filepath.Join(root, ".local", "images")
+	bin := filepath.Join(root, "bin", "images")
+	for _, p := range []string{bin, imagesDir} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s missing (run make images): %w", p, crienv.ErrUnavailable)
+		}
+	}
+	dir, err := os.MkdirTemp("", "nodelet-registry-")
+	if err != nil {
+		return nil, err
+	}
+	ready := filepath.Join(dir, "addr")
+	log, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		return nil, err
+	}
+	r := &registry{done: make(chan struct{})}
+	r.cmd = exec.Command(bin, "serve", "--dir", imagesDir, "--listen", "127.0.0.1:0", "--ready-file", ready,
+		"--auth", registryUser+":"+registryPassword)
+	r.cmd.Stdout, r.cmd.Stderr = log, log
+	r.cmd.SysProcAttr = stopWithParent()
+	if err := r.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start registry: %w", err)
+	}
+	go func() { _ = r.cmd.Wait(); log.Close(); close(r.done) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if data, err := os.ReadFile(ready); err == nil && len(data) > 0 {
+			r.addr = strings.TrimSpace(string(data))
+			return r, nil
+		}
+		select {
+		case <-r.done:
+			out, _ := os.ReadFile(log.Name())
+			return nil, fmt.Errorf("registry exited: %s", out)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.stop()
+			return nil, errors.New("registry not serving after 2 minutes")
+		}
+	}
+}
+
+func (r *registry) stop() {
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+}
+
+// criEnv is the shared containerd, started on first use; the test is
+// skipped where it cannot run (not root, binaries or images missing).
+func criEnv(t *testing.T) *crienv.Env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the cri provider's tests run containerd: they need root")
+	}
+	criOnce.Do(func() {
+		if criReg, criErr = startRegistry(); criErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		criRT, criErr = crienv.Start(ctx, crienv.Options{Mirror: "http://" + criReg.addr})
+	})
+	if errors.Is(criErr, crienv.ErrUnavailable) {
+		t.Skipf("cri environment unavailable: %v", criErr)
+	}
+	if criErr != nil {
+		t.Fatalf("cri environment: %v", criErr)
+	}
+	return criRT
+}
+
+// stopCRI stops the shared containerd and registry, if they were started.
+func stopCRI() {
+	if criRT != nil {
+		if err := criRT.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stop containerd: %v\n", err)
+		}
+	}
+	if criReg != nil {
+		criReg.stop()
+	}
+}
+
+// criAgent is a cri-provider node and its agent.
+type criAgent struct {
+	*agent
+	env     *crienv.Env
+	rootDir string
+	logsDir string
+}
+
+// startCRINodelet runs a cri-provider node on the shared containerd with
+// its own root and log directories and kubelet port. When the test ends it
+// checks that nothing of its pods is left in the runtime or on disk.
+func startCRINodelet(t *testing.T, node string, extra ...string) *criAgent {
+	t.Helper()
+	env := criEnv(t)
+	ca := filepath.Join(filepath.Dir(kubeconfig), "pki", "ca.crt")
+	if _, err := os.Stat(ca); err != nil {
+		t.Skipf("no cluster CA next to the kubeconfig (%v)", err)
+	}
+	rootDir, logsDir := t.TempDir(), t.TempDir()
+	c := &criAgent{env: env, rootDir: rootDir, logsDir: filepath.Join(logsDir, "pods")}
+	t.Cleanup(func() { c.checkNoLeaks(t) })
+	args := append([]string{"--provider", "cri", "--container-runtime-endpoint", env.Endpoint(),
+		"--root-dir", rootDir, "--pod-logs-dir", c.logsDir,
+		"--port", strconv.Itoa(freePort(t)), "--client-ca-file", ca, "--address", hostIP(t)}, extra...)
+	c.agent = startNodelet(t, node, args...)
+	waitReady(t, node, time.Minute)
+	return c
+}
+
+// runtimePods are the node's sandboxes and containers in the runtime.
+func (c *criAgent) runtimePods(t *testing.T) ([]*runtimeapi.PodSandbox, []*runtimeapi.Container) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sel := map[string]string{"nodelet.io/node": c.node}
+	sbs, err := c.env.RuntimeClient().ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: sel}})
+	if err != nil {
+		t.Fatalf("list sandboxes: %v", err)
+	}
+	cs, err := c.env.RuntimeClient().ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: sel}})
+	if err != nil {
+		t.Fatalf("list containers: %v", err)
+	}
+	return sbs.Items, cs.Containers
+}
+
+// checkNoLeaks fails the test if a sandbox, container, pod directory, log
+// directory or log link of the node is left once its pods are gone.
+func (c *criAgent) checkNoLeaks(t *testing.T) {
+	t.Helper()
+	sbs, cs := c.runtimePods(t)
+	for _, s := range sbs {
+		t.Errorf("sandbox left behind: %s %s/%s", s.Id, s.GetMetadata().GetNamespace(), s.GetMetadata().GetName())
+	}
+	for _, ct := range cs {
+		t.Errorf("container left behind: %s %s", ct.Id, ct.GetMetadata().GetName())
+	}
+	for _, dir := range []string{filepath.Join(c.rootDir, "pods"), c.logsDir, filepath.Join(filepath.Dir(c.logsDir), "containers")} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			t.Errorf("left behind: %s", filepath.Join(dir, e.Name()))
+		}
+	}
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, c.rootDir) {
+				t.Errorf("mount left behind: %s", line)
+			}
+		}
+	}
+}
