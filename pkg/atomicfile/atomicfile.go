@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // TempSuffix ends the name of the temporary file of a write with
@@ -55,7 +56,7 @@ func write(path string, data []byte, opts Options) error {
 	if opts.FixedTemp {
 		f, err = os.OpenFile(path+TempSuffix, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
 	} else {
-		f, err = os.CreateTemp(dir, "."+base+TempSuffix+"*")
+		f, err = os.CreateTemp(dir, tempPattern(base))
 	}
 	if err != nil {
 		return err
@@ -90,6 +91,20 @@ func write(path string, data []byte, opts Options) error {
 		return SyncDir(dir)
 	}
 	return nil
+}
+
+// tempPattern is the os.CreateTemp pattern of the temporary file of a write
+// to base without Options.FixedTemp.
+func tempPattern(base string) string { return "." + base + TempSuffix + "*" }
+
+// IsTemp reports whether name, a base name, has the form of the temporary
+// file of a write without Options.FixedTemp (.<target>.tmp<random>), which
+// a crash can leave behind: the owner of a directory removes such files
+// when it cleans up. The form is loose (a dot, a non-empty target, ".tmp"
+// and anything non-empty), so use it only in a directory of one's own.
+func IsTemp(name string) bool {
+	i := strings.LastIndex(name, TempSuffix)
+	return strings.HasPrefix(name, ".") && i > 1 && i+len(TempSuffix) < len(name)
 }
 
 // SyncDir makes a directory's entries (a rename, a new or removed file)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nodelet/nodelet/pkg/atomicfile"
 	"github.com/nodelet/nodelet/pkg/config/checkpoint"
 )
 
@@ -70,5 +71,5 @@ func writeState(dir string, s state) error {
 	if err != nil {
 		return err
 	}
-	return checkpoint.WriteFileAtomic(filepath.Join(dir, stateFile), append(data, '\n'), 0o600)
+	return atomicfile.Write(filepath.Join(dir, stateFile), append(data, '\n'), atomicfile.Options{Perm: 0o600, Sync: true})
 }

@@ -34,6 +34,8 @@ import (
 	"k8s.io/client-go/util/certificate/csr"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/atomicfile"
 )
 
 // csrFileName holds the issued certificate and its key under CertDir, in
@@ -246,7 +248,7 @@ func (c *csrCertificates) request(ctx context.Context) (*tls.Certificate, string
 		path := filepath.Join(c.dir, csrFileName)
 		err := os.MkdirAll(c.dir, 0o755)
 		if err == nil {
-			err = writeAtomic(path, append(append([]byte{}, certPEM...), keyPEM...), 0o600)
+			err = atomicfile.Write(path, append(append([]byte{}, certPEM...), keyPEM...), atomicfile.Options{Perm: 0o600})
 		}
 		if err != nil {
 			// Served all the same; a restart requests another one.

@@ -37,6 +37,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/atomicfile"
 )
 
 const (
@@ -205,13 +207,13 @@ func (s *Store) create(root string) error {
 			return err
 		}
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := atomicfile.SyncDir(tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, s.dir); err != nil {
 		return err
 	}
-	return syncDir(root)
+	return atomicfile.SyncDir(root)
 }
 
 // Dir is the store's directory, ROOT/config.
@@ -248,7 +250,7 @@ func (s *Store) Save(src Source, data []byte) error {
 func (s *Store) save(src Source, data []byte, dir string) error {
 	uidDir := filepath.Dir(dir)
 	if err := os.Mkdir(uidDir, 0o700); err == nil {
-		if err := syncDir(s.checkpointsDir()); err != nil {
+		if err := atomicfile.SyncDir(s.checkpointsDir()); err != nil {
 			return err
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
@@ -269,7 +271,7 @@ func (s *Store) save(src Source, data []byte, dir string) error {
 	if err := writeNewFile(filepath.Join(tmp, MetaFile), m, 0o600); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := atomicfile.SyncDir(tmp); err != nil {
 		return err
 	}
 	// What is there is corrupt or holds other bytes: replace it.
@@ -279,7 +281,7 @@ func (s *Store) save(src Source, data []byte, dir string) error {
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	return syncDir(uidDir)
+	return atomicfile.SyncDir(uidDir)
 }
 
 // Load returns the checkpointed config of src after checking it against
@@ -378,7 +380,7 @@ func (s *Store) setRecord(name string, src *Source) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(s.dir, name), data, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(s.dir, name), data, atomicfile.Options{Perm: 0o600, Sync: true}); err != nil {
 		return fmt.Errorf("set %s record: %w", name, err)
 	}
 	return nil
@@ -446,11 +448,11 @@ func (s *Store) GC() error {
 			if err := os.Remove(uidDir); err != nil {
 				errs = append(errs, err)
 			}
-		} else if err := syncDir(uidDir); err != nil {
+		} else if err := atomicfile.SyncDir(uidDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := syncDir(s.checkpointsDir()); err != nil {
+	if err := atomicfile.SyncDir(s.checkpointsDir()); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -467,7 +469,7 @@ func removeTemporaries(dir string) []error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), tmpMarker) {
+		if isTemporary(e.Name()) {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				errs = append(errs, err)
 			}

@@ -397,13 +397,20 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	cps := filepath.Join(s.Dir(), "checkpoints")
-	// Leftovers of interrupted writes, and a file that is not ours.
+	// Leftovers of interrupted writes (a checkpoint's temporary directory
+	// and the temporary files of atomicfile.Write), and a file that is not
+	// ours.
 	leftovers := []string{
-		filepath.Join(s.Dir(), ".assigned.tmp-123"),
 		filepath.Join(cps, string(srcA.UID), ".102.tmp-456"),
+		filepath.Join(s.Dir(), ".assigned.tmp-123"),
+		filepath.Join(s.Dir(), ".last-known-good.tmp2718281828"),
+		filepath.Join(s.Dir(), ".controller-state.json.tmp31415"),
 	}
-	for _, l := range leftovers {
-		if err := os.MkdirAll(l, 0o700); err != nil {
+	if err := os.MkdirAll(leftovers[0], 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leftovers[1:] {
+		if err := os.WriteFile(l, []byte("partial"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -454,7 +461,7 @@ func TestGC(t *testing.T) {
 func assertNoTemporaries(t *testing.T, dir string) {
 	t.Helper()
 	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && strings.Contains(d.Name(), tmpMarker) {
+		if err == nil && isTemporary(d.Name()) {
 			t.Errorf("temporary left behind: %s", path)
 		}
 		return nil

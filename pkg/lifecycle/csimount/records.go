@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/pkg/atomicfile"
 	"github.com/nodelet/nodelet/pkg/csi"
 )
 
@@ -74,26 +75,9 @@ func writeRecord(dir string, v any) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, recordName)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("write record %s: %w", path, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return fmt.Errorf("write record %s: %w", path, err)
-	}
-	return nil
+	// A fixed temporary name: removeDir knows it, so a write that a crash
+	// interrupted never keeps the directory from being removed.
+	return atomicfile.Write(filepath.Join(dir, recordName), data, atomicfile.Options{Sync: true, FixedTemp: true})
 }
 
 func readRecord(path string, v any) error {
@@ -108,11 +92,14 @@ func readRecord(path string, v any) error {
 }
 
 // removeDir removes a volume's directory once its target is gone: the
-// record, then the directory, which must then be empty (a directory
-// something is still mounted in or written to is never emptied).
+// record and what an interrupted write of it left, then the directory,
+// which must then be empty (a directory something is still mounted in or
+// written to is never emptied).
 func removeDir(dir string) error {
-	if err := os.Remove(filepath.Join(dir, recordName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove record: %w", err)
+	for _, name := range []string{recordName, recordName + atomicfile.TempSuffix} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove record: %w", err)
+		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", dir, err)

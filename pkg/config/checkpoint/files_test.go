@@ -8,47 +8,6 @@ import (
 	"testing"
 )
 
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "record")
-	for _, content := range []string{"first", "second, longer than the first", ""} {
-		if err := WriteFileAtomic(path, []byte(content), 0o640); err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(path)
-		if err != nil || string(got) != content {
-			t.Errorf("after writing %q the file holds %q, %v", content, got, err)
-		}
-		if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o640 {
-			t.Errorf("mode %v, want 0640", fi.Mode().Perm())
-		}
-	}
-	assertNoTemporaries(t, dir)
-}
-
-func TestWriteFileAtomicFailureKeepsTheOldFile(t *testing.T) {
-	dir := t.TempDir()
-	// A path that is a non-empty directory cannot be renamed over: the
-	// write fails after the temporary file was written.
-	target := filepath.Join(dir, "target")
-	if err := os.MkdirAll(filepath.Join(target, "child"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	err := WriteFileAtomic(target, []byte("new"), 0o600)
-	if err == nil || !strings.Contains(err.Error(), target) {
-		t.Errorf("write over a directory: %v, want an error naming %s", err, target)
-	}
-	if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
-		t.Errorf("the failed write changed %s: %v", target, err)
-	}
-	assertNoTemporaries(t, dir)
-
-	missing := filepath.Join(dir, "no-such-dir", "file")
-	if err := WriteFileAtomic(missing, []byte("x"), 0o600); err == nil || !strings.Contains(err.Error(), missing) {
-		t.Errorf("write into a missing directory: %v, want an error naming %s", err, missing)
-	}
-}
-
 func TestEnvelope(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "env")

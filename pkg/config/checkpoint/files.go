@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/nodelet/nodelet/pkg/atomicfile"
 )
 
 // ErrCorrupt marks a file whose content does not match its checksum, is
@@ -23,83 +24,36 @@ func Checksum(data []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// tmpMarker is in the name of every temporary file and directory the store
-// creates; GC removes those left behind by an interrupted write.
+// tmpMarker is in the name of every temporary directory the store creates
+// (.<name>.tmp-<random>); GC removes those an interrupted write left behind,
+// and the temporary files of interrupted atomicfile writes.
 const tmpMarker = ".tmp-"
 
-// WriteFileAtomic replaces path with data so that a crash at any point
-// leaves either the old file or the new one, complete: it writes a
-// temporary file in the same directory, syncs it, renames it over path and
-// syncs the directory.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+tmpMarker+"*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := writeAndSync(f, data, perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	ok = true
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+// isTemporary reports whether name, an entry of one of the store's
+// directories, is what an interrupted write left behind.
+func isTemporary(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, tmpMarker) || atomicfile.IsTemp(name)
 }
 
-// writeNewFile creates path, which must not exist, with data, synced.
+// writeNewFile creates path, which must not exist, with data, synced: a
+// file in a temporary directory that is renamed into place once complete.
 func writeNewFile(path string, data []byte, perm os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}
-	if err := writeAndSync(f, data, perm); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
 	}
-	return f.Close()
-}
-
-func writeAndSync(f *os.File, data []byte, perm os.FileMode) error {
-	if _, err := f.Write(data); err != nil {
-		return err
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	return f.Sync()
-}
-
-// syncDir makes the directory's entries (a rename, a new or removed file)
-// durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
