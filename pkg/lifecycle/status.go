@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // A pod's status is computed, every time, from a view of its containers:
@@ -106,7 +108,7 @@ func podStatus(v *podView) corev1.PodStatus {
 	now := metav1.Now()
 	s := corev1.PodStatus{
 		HostIP:   v.hostIP,
-		QOSClass: qosClass(pod),
+		QOSClass: provider.QOSClass(pod),
 	}
 	if v.hostIP != "" {
 		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
@@ -227,31 +229,4 @@ func podStatus(v *podView) corev1.PodStatus {
 	cond(corev1.ContainersReady, allReady, readyReason, readyMsg)
 	cond(corev1.PodReady, allReady, readyReason, readyMsg)
 	return s
-}
-
-// qosClass is the pod's quality of service class, as the API defines it.
-func qosClass(pod *corev1.Pod) corev1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	requests, limits := false, false
-	guaranteed := true
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
-		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[r]
-			lim, hasLim := c.Resources.Limits[r]
-			requests = requests || hasReq && !req.IsZero()
-			limits = limits || hasLim && !lim.IsZero()
-			if !hasLim || hasReq && req.Cmp(lim) != 0 {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !requests && !limits:
-		return corev1.PodQOSBestEffort
-	case guaranteed:
-		return corev1.PodQOSGuaranteed
-	}
-	return corev1.PodQOSBurstable
 }

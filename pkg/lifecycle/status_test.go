@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -217,27 +216,6 @@ func TestBackOff(t *testing.T) {
 		st := &ContainerStatus{Attempt: tt.attempt, StartedAt: t0, FinishedAt: t0.Add(tt.ran)}
 		if got := backOff(st); got != tt.want {
 			t.Errorf("backOff(attempt %d, ran %s) = %s, want %s", tt.attempt, tt.ran, got, tt.want)
-		}
-	}
-}
-
-func TestQOSClass(t *testing.T) {
-	q := resource.MustParse
-	for _, tt := range []struct {
-		name string
-		res  corev1.ResourceRequirements
-		want corev1.PodQOSClass
-	}{
-		{"nothing", corev1.ResourceRequirements{}, corev1.PodQOSBestEffort},
-		{"requests only", corev1.ResourceRequirements{Requests: corev1.ResourceList{"cpu": q("100m")}}, corev1.PodQOSBurstable},
-		{"limits equal requests", corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{"cpu": q("1"), "memory": q("1Gi")},
-			Limits:   corev1.ResourceList{"cpu": q("1"), "memory": q("1Gi")}}, corev1.PodQOSGuaranteed},
-		{"limits only", corev1.ResourceRequirements{Limits: corev1.ResourceList{"cpu": q("1"), "memory": q("1Gi")}}, corev1.PodQOSGuaranteed},
-	} {
-		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: tt.res}}}}
-		if got := qosClass(pod); got != tt.want {
-			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // CFS shares and quota bounds, as the kernel and the kubelet use them.
@@ -126,7 +128,7 @@ func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int
 	if nodeCritical(pod) {
 		return guaranteedOOMScoreAdj
 	}
-	switch podQOS(pod) {
+	switch provider.QOSClass(pod) {
 	case corev1.PodQOSGuaranteed:
 		return guaranteedOOMScoreAdj
 	case corev1.PodQOSBestEffort:
@@ -178,75 +180,19 @@ func isSidecar(pod *corev1.Pod, c *corev1.Container) bool {
 	return false
 }
 
-// podQOS is the pod's quality of service class: the one the API server
-// recorded in its status, else computed as the API defines it (from the
-// pod-level resources when the pod has any).
-func podQOS(pod *corev1.Pod) corev1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
-	guaranteed := true
-	add := func(dst, src corev1.ResourceList) (found map[corev1.ResourceName]bool) {
-		found = map[corev1.ResourceName]bool{}
-		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			if q, ok := src[name]; ok && q.Sign() > 0 {
-				found[name] = true
-				sum := dst[name]
-				sum.Add(q)
-				dst[name] = sum
-			}
-		}
-		return found
-	}
-	if podLevelResourcesSet(pod) {
-		add(requests, pod.Spec.Resources.Requests)
-		if len(pod.Spec.Resources.Limits) > 0 && len(add(limits, pod.Spec.Resources.Limits)) < 2 {
-			guaranteed = false
-		}
-	} else {
-		for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-			for _, c := range list {
-				add(requests, c.Resources.Requests)
-				if len(add(limits, c.Resources.Limits)) < 2 {
-					guaranteed = false
-				}
-			}
-		}
-	}
-	if len(requests) == 0 && len(limits) == 0 {
-		return corev1.PodQOSBestEffort
-	}
-	for name, req := range requests {
-		if lim, ok := limits[name]; !ok || lim.Cmp(req) != 0 {
-			guaranteed = false
-		}
-	}
-	if guaranteed && len(requests) == len(limits) {
-		return corev1.PodQOSGuaranteed
-	}
-	return corev1.PodQOSBurstable
-}
+// podQOS is provider.QOSClass, by the name runtime.go calls it.
+var podQOS = provider.QOSClass
 
 // podLevelResourcesSet says whether the pod has pod-level requests or
 // limits of a resource the kubelet manages at pod level.
 func podLevelResourcesSet(pod *corev1.Pod) bool {
-	return podLevelRequestsSet(pod) || pod.Spec.Resources != nil && hasPodLevelResource(pod.Spec.Resources.Limits)
+	return podLevelRequestsSet(pod) || pod.Spec.Resources != nil && provider.HasPodLevelResources(pod.Spec.Resources.Limits)
 }
 
 // podLevelRequestsSet says whether the pod has pod-level requests of a
 // resource the kubelet manages at pod level.
 func podLevelRequestsSet(pod *corev1.Pod) bool {
-	return pod.Spec.Resources != nil && hasPodLevelResource(pod.Spec.Resources.Requests)
-}
-
-func hasPodLevelResource(list corev1.ResourceList) bool {
-	for name := range list {
-		if name == corev1.ResourceCPU || name == corev1.ResourceMemory || strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix) {
-			return true
-		}
-	}
-	return false
+	return pod.Spec.Resources != nil && provider.HasPodLevelResources(pod.Spec.Resources.Requests)
 }
 
 // podRequests are the pod's effective requests without overhead: its

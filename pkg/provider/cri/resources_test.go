@@ -232,55 +232,6 @@ func TestOOMScoreAdj(t *testing.T) {
 	}
 }
 
-func TestPodQOS(t *testing.T) {
-	guaranteed := res(rl("cpu", "1", "memory", "1Gi"), rl("cpu", "1", "memory", "1Gi"))
-	tests := []struct {
-		name string
-		pod  func() *corev1.Pod
-		want corev1.PodQOSClass
-	}{
-		{"best effort", func() *corev1.Pod { return podWith(corev1.Container{Name: "a"}) }, corev1.PodQOSBestEffort},
-		{"guaranteed", func() *corev1.Pod {
-			p := podWith(corev1.Container{Name: "a", Resources: guaranteed})
-			p.Spec.InitContainers = []corev1.Container{{Name: "i", Resources: guaranteed}}
-			return p
-		}, corev1.PodQOSGuaranteed},
-		{"init container without limits", func() *corev1.Pod {
-			p := podWith(corev1.Container{Name: "a", Resources: guaranteed})
-			p.Spec.InitContainers = []corev1.Container{{Name: "i"}}
-			return p
-		}, corev1.PodQOSBurstable},
-		{"missing cpu limit", func() *corev1.Pod {
-			return podWith(corev1.Container{Name: "a", Resources: res(rl("cpu", "1", "memory", "1Gi"), rl("memory", "1Gi"))})
-		}, corev1.PodQOSBurstable},
-		{"request below limit", func() *corev1.Pod {
-			return podWith(corev1.Container{Name: "a", Resources: res(rl("cpu", "500m", "memory", "1Gi"), rl("cpu", "1", "memory", "1Gi"))})
-		}, corev1.PodQOSBurstable},
-		{"from status", func() *corev1.Pod {
-			p := podWith(corev1.Container{Name: "a"})
-			p.Status.QOSClass = corev1.PodQOSGuaranteed
-			return p
-		}, corev1.PodQOSGuaranteed},
-		{"pod level guaranteed", func() *corev1.Pod {
-			p := podWith(corev1.Container{Name: "a"})
-			p.Spec.Resources = &guaranteed
-			return p
-		}, corev1.PodQOSGuaranteed},
-		{"pod level burstable", func() *corev1.Pod {
-			p := podWith(corev1.Container{Name: "a", Resources: guaranteed})
-			p.Spec.Resources = &corev1.ResourceRequirements{Requests: rl("memory", "1Gi")}
-			return p
-		}, corev1.PodQOSBurstable},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := podQOS(tt.pod()); got != tt.want {
-				t.Errorf("podQOS = %s, want %s", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestSandboxResources(t *testing.T) {
 	always := ptr.To(corev1.ContainerRestartPolicyAlways)
 	pod := podWith(
