@@ -1,5 +1,7 @@
 // Package app wires nodelet together: API clients, the shared pod informer,
-// the providers, and the node and pod controllers. It holds no control loop
+// the providers, the node, pod, volume and config controllers and the
+// kubelet API server. New builds every part, in dependency order; Agent.Run
+// then starts the informers and every part's loop. It holds no control loop
 // of its own.
 package app
 
@@ -7,9 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -28,14 +28,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/attachdetach"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/pod"
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/provider/sim"
 	"github.com/nodelet/nodelet/pkg/server"
 )
 
@@ -67,27 +65,56 @@ func RESTConfig(kubeconfig string, cfg *config.Config) (*rest.Config, error) {
 	return rc, nil
 }
 
-// Run runs the agent until ctx is done. remote, when not nil, is the config
-// controller that bootstrapped cfg: it follows the first node's config
-// source annotation, and Run returns config.ErrRestart when the agent must
-// restart to use a newly assigned config.
+// Agent is nodelet built and not yet running: its API client, informer
+// factories, controllers, providers and kubelet API server, and the loops
+// that Run starts.
+type Agent struct {
+	client      kubernetes.Interface
+	broadcaster record.EventBroadcaster
+	// factories are started by Run: the pods of the managed nodes, their
+	// Nodes, and cluster-wide objects.
+	factories []informers.SharedInformerFactory
+	// loops are the blocking Run of every part, by the name their errors
+	// carry.
+	loops map[string]func(context.Context) error
+	nodes *node.Controller
+	count int // managed nodes
+}
+
+// Run builds the agent and runs it until ctx is done (New, then
+// Agent.Run).
 func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *config.Controller) error {
-	logger := klog.FromContext(ctx)
+	a, err := New(rc, cfg, remote)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// New builds the agent of cfg, with the client configuration rc. remote,
+// when not nil, is the config controller that bootstrapped cfg: it will
+// follow the first node's config source annotation, and learn when the
+// agent is healthy. New does no I/O beyond what the parts' constructors
+// need; Run starts everything.
+func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Agent, err error) {
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return fmt.Errorf("create client: %w", err)
+		return nil, fmt.Errorf("create client: %w", err)
 	}
 
 	managed, err := managedNodes(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(managed) == 0 {
-		return fmt.Errorf("shard %s of %d nodes holds no node", cfg.Shard, cfg.Nodes)
+		return nil, fmt.Errorf("shard %s of %d nodes holds no node", cfg.Shard, cfg.Nodes)
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
+	broadcaster := record.NewBroadcaster()
+	defer func() {
+		if err != nil {
+			broadcaster.Shutdown()
+		}
+	}()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodelet", Host: cfg.NodeName})
 
 	names := make([]string, 0, len(managed))
@@ -106,53 +133,28 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 		}))
 	clusterFactory := informers.NewSharedInformerFactory(client, 0)
 
-	// Attach/detach comes first: the providers wait for it.
-	var volumes *attachdetach.Controller
-	volumeWriter := &laterWriter{}
+	// Attach/detach's states of world come first: the providers wait for
+	// them. Its controller, which writes through the node controller, comes
+	// after that.
+	var world *attachdetach.World
 	if cfg.AttachDetachEnabled() {
-		volumes, err = newVolumeController(client, volumeInformers{pods: factory, nodes: nodeFactory, cluster: clusterFactory},
-			names, volumeWriter, recorder, cfg)
+		world, err = newVolumeWorld(client, volumeInformers{pods: factory, nodes: nodeFactory, cluster: clusterFactory}, names, cfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 
-	var nodes []node.Node
-	var loops map[string]func(context.Context) error
-	switch cfg.Provider {
-	case config.ProviderProcess, config.ProviderCRI:
-		nodes, loops, err = hostNode(client, recorder, cfg, clusterFactory, nodeFactory)
-	default:
-		nodes, err = simNodes(managed, cfg, volumes)
-	}
+	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	podProviders := make(map[string]provider.PodLifecycleHandler, len(nodes))
 	for _, n := range nodes {
 		pods, ok := n.Provider.(provider.PodLifecycleHandler)
 		if !ok {
-			return fmt.Errorf("provider of node %s runs no pods", n.Template.Name)
+			return nil, fmt.Errorf("provider of node %s runs no pods", n.Template.Name)
 		}
 		podProviders[n.Template.Name] = pods
-	}
-	if loops == nil {
-		loops = map[string]func(context.Context) error{}
-	}
-	registry, err := newRegistry(remote)
-	if err != nil {
-		return err
-	}
-	if err := registerVolumeMetrics(registry, volumes); err != nil {
-		return err
-	}
-	var srv *server.Server
-	if cfg.ServerEnabled() {
-		srv, err = kubeletServer(client, podProviders, cfg, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-		if err != nil {
-			return err
-		}
-		loops["kubelet API server"] = srv.Run
 	}
 
 	nodeOpts := node.Options{
@@ -166,14 +168,35 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	}
 	nodeCtrl, err := node.NewController(client, nodes, nodeOpts)
 	if err != nil {
-		return fmt.Errorf("node controller: %w", err)
-	}
-	volumeWriter.w = nodeCtrl
-	if volumes != nil {
-		loops["volume controller"] = volumes.Run
+		return nil, fmt.Errorf("node controller: %w", err)
 	}
 	if err := nodeCtrl.WatchNodes(nodeFactory.Core().V1().Nodes()); err != nil {
-		return err
+		return nil, err
+	}
+	loops["node controller"] = nodeCtrl.Run
+
+	var volumes *attachdetach.Controller
+	if world != nil {
+		if volumes, err = newVolumeController(world, nodeCtrl, recorder, cfg); err != nil {
+			return nil, err
+		}
+		loops["volume controller"] = volumes.Run
+	}
+
+	registry, err := newRegistry(remote)
+	if err != nil {
+		return nil, err
+	}
+	if err := registerVolumeMetrics(registry, volumes); err != nil {
+		return nil, err
+	}
+	var srv *server.Server
+	if cfg.ServerEnabled() {
+		srv, err = kubeletServer(client, podProviders, cfg, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+		if err != nil {
+			return nil, err
+		}
+		loops["kubelet API server"] = srv.Run
 	}
 
 	podCtrl, err := pod.NewController(client, factory.Core().V1().Pods(), podProviders, recorder, pod.Options{
@@ -181,14 +204,15 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 		StatusPollInterval: cfg.PodStatusPollInterval.Duration,
 	})
 	if err != nil {
-		return fmt.Errorf("pod controller: %w", err)
+		return nil, fmt.Errorf("pod controller: %w", err)
 	}
+	loops["pod controller"] = podCtrl.Run
 
 	if remote != nil {
 		// The first node is the agent's: its annotation names the config.
 		base := names[0]
 		if err := remote.Watch(nodeFactory.Core().V1().Nodes(), base); err != nil {
-			return err
+			return nil, err
 		}
 		remote.OnChange(nodeCtrl.ReportAllStatus)
 		healthy := func() bool {
@@ -200,20 +224,36 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 		}
 	}
 
+	return &Agent{
+		client:      client,
+		broadcaster: broadcaster,
+		factories:   []informers.SharedInformerFactory{factory, nodeFactory, clusterFactory},
+		loops:       loops,
+		nodes:       nodeCtrl,
+		count:       len(names),
+	}, nil
+}
+
+// Run starts the informers and every loop, and returns once they have all
+// returned: when ctx is done, or when one fails, which stops the others.
+// The error joins those of the loops, each named, less context.Canceled;
+// with a remote config it may be config.ErrRestart, when the agent must
+// restart to use a newly assigned config. Run is called once.
+func (a *Agent) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	a.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	defer a.broadcaster.Shutdown()
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	nodeFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	clusterFactory.Start(ctx.Done())
-	defer clusterFactory.Shutdown()
+	for _, f := range a.factories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
 
-	loops["node controller"] = nodeCtrl.Run
-	loops["pod controller"] = podCtrl.Run
-	errs := make(chan error, len(loops))
+	errs := make(chan error, len(a.loops))
 	var wg sync.WaitGroup
-	for name, run := range loops {
+	for name, run := range a.loops {
 		wg.Go(func() {
 			if err := run(ctx); err != nil {
 				errs <- fmt.Errorf("%s: %w", name, err)
@@ -223,8 +263,8 @@ func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *confi
 	}
 	go func() {
 		select {
-		case <-nodeCtrl.Ready():
-			logger.Info("Nodes registered", "count", len(names))
+		case <-a.nodes.Ready():
+			logger.Info("Nodes registered", "count", a.count)
 		case <-ctx.Done():
 		}
 	}()
@@ -269,51 +309,6 @@ func podSelector(names []string) fields.Selector {
 		return fields.OneTermEqualSelector("spec.nodeName", names[0])
 	}
 	return fields.OneTermNotEqualSelector("spec.nodeName", "")
-}
-
-// simNodes builds a sim provider for each managed node; its pods wait for
-// the attach of their volumes by volumes, when not nil.
-func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.Controller) ([]node.Node, error) {
-	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
-	for _, c := range cfg.Sim.NodeConditions {
-		conditions = append(conditions, sim.NodeCondition{
-			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
-			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
-		})
-	}
-	nodes := make([]node.Node, 0, len(managed))
-	for _, m := range managed {
-		seed := fnv.New64a()
-		seed.Write([]byte(m.name)) // each node draws its own jitter, the same on every run
-		opts := sim.Options{
-			NodeName:       m.name,
-			PodCIDR:        m.podCIDR,
-			Address:        cfg.Address,
-			Port:           cfg.Port,
-			StartDelay:     cfg.Sim.StartDelay.Duration,
-			StartJitter:    cfg.Sim.StartJitter.Duration,
-			DeleteDelay:    cfg.Sim.DeleteDelay.Duration,
-			DeleteJitter:   cfg.Sim.DeleteJitter.Duration,
-			CompleteRatio:  cfg.Sim.CompleteRatio,
-			FailRatio:      cfg.Sim.FailRatio,
-			RunDuration:    cfg.Sim.RunDuration.Duration,
-			RunJitter:      cfg.Sim.RunJitter.Duration,
-			NodeConditions: conditions,
-			Seed:           seed.Sum64(),
-			Capacity:       cfg.Sim.Capacity,
-			Version:        Version,
-			PingErrorFile:  filepath.Join(cfg.RootDir, "sim", m.name, "ping-error"),
-		}
-		if volumes != nil {
-			opts.Volumes = volumes
-		}
-		p, err := sim.New(opts)
-		if err != nil {
-			return nil, fmt.Errorf("sim provider for node %s: %w", m.name, err)
-		}
-		nodes = append(nodes, node.Node{Template: nodeTemplate(m.name, cfg), Provider: p})
-	}
-	return nodes, nil
 }
 
 func nodeTemplate(name string, cfg *config.Config) *corev1.Node {

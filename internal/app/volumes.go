@@ -1,12 +1,9 @@
 package app
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -30,11 +27,10 @@ type volumeInformers struct {
 	cluster     informers.SharedInformerFactory
 }
 
-// newVolumeController builds the attach/detach controller of the agent's
-// nodes, which reports attached volumes through writer. The informers it
-// asks for are started by the caller.
-func newVolumeController(client kubernetes.Interface, inf volumeInformers, names []string, writer attachdetach.AttachedVolumesWriter,
-	recorder record.EventRecorder, cfg *config.Config) (*attachdetach.Controller, error) {
+// newVolumeWorld builds attach/detach's states of world of the agent's
+// nodes, which the providers ask about pods' volumes. The informers it asks
+// for are started by the caller.
+func newVolumeWorld(client kubernetes.Interface, inf volumeInformers, names []string, cfg *config.Config) (*attachdetach.World, error) {
 	drivers := inf.cluster.Storage().V1().CSIDrivers()
 	attachRequired := attachdetach.CSIDriverAttachRequired(drivers.Lister())
 	var plugin attachdetach.Plugin
@@ -63,35 +59,31 @@ func newVolumeController(client kubernetes.Interface, inf volumeInformers, names
 	for _, n := range names {
 		managed[n] = true
 	}
-	c, err := attachdetach.NewController(attachdetach.Plugins{plugin}, attachdetach.Informers{
+	w, err := attachdetach.NewWorld(attachdetach.Plugins{plugin}, attachdetach.Informers{
 		Pods:    inf.pods.Core().V1().Pods().Informer(),
 		Nodes:   inf.nodes.Core().V1().Nodes().Informer(),
 		Claims:  inf.cluster.Core().V1().PersistentVolumeClaims().Informer(),
 		Volumes: inf.cluster.Core().V1().PersistentVolumes().Informer(),
-	}, func(node string) bool { return managed[node] }, writer, recorder, attachdetach.Options{
-		Reconciler: attachdetach.ReconcilerOptions{
-			LoopPeriod:        cfg.AttachDetach.ReconcilerLoopPeriod.Duration,
-			MaxWaitForUnmount: cfg.AttachDetach.MaxWaitForUnmount.Duration,
-			SyncPeriod:        cfg.AttachDetach.ReconcilerSyncPeriod.Duration,
-		},
+	}, func(node string) bool { return managed[node] }, attachdetach.PopulatorOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("volume controller: %w", err)
+	}
+	return w, nil
+}
+
+// newVolumeController builds the attach/detach controller that drives
+// world and reports attached volumes through writer (the node controller).
+func newVolumeController(world *attachdetach.World, writer attachdetach.AttachedVolumesWriter, recorder record.EventRecorder,
+	cfg *config.Config) (*attachdetach.Controller, error) {
+	c, err := attachdetach.NewController(world, writer, recorder, attachdetach.ReconcilerOptions{
+		LoopPeriod:        cfg.AttachDetach.ReconcilerLoopPeriod.Duration,
+		MaxWaitForUnmount: cfg.AttachDetach.MaxWaitForUnmount.Duration,
+		SyncPeriod:        cfg.AttachDetach.ReconcilerSyncPeriod.Duration,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("volume controller: %w", err)
 	}
 	return c, nil
-}
-
-// laterWriter reports attached volumes through the node controller, which
-// is built after the volume controller.
-type laterWriter struct {
-	w attachdetach.AttachedVolumesWriter
-}
-
-func (l *laterWriter) SetVolumesAttached(ctx context.Context, node types.NodeName, volumes []corev1.AttachedVolume) error {
-	if l.w == nil {
-		return fmt.Errorf("node %s: node controller not built yet", node)
-	}
-	return l.w.SetVolumesAttached(ctx, node, volumes)
 }
 
 // registerVolumeMetrics adds the volume controller's metrics to reg.

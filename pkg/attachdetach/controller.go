@@ -12,74 +12,77 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Options configures a Controller; zero fields take defaults.
-type Options struct {
-	Reconciler ReconcilerOptions
-	Populator  PopulatorOptions
-	// Clock is the time source of every part whose options leave it unset
-	// (default the real clock).
-	Clock clock.WithTicker
+// World is what attach/detach knows of the managed nodes: the desired and
+// actual states of world, and the populator that fills them from
+// informers. Providers ask it which volumes a pod needs attached and
+// whether they are; the Controller built on it drives them, and runs the
+// populator.
+type World struct {
+	dsw       *DesiredStateOfWorld
+	asw       *ActualStateOfWorld
+	plugins   Plugins
+	populator *Populator
+	clock     clock.WithTicker
 }
 
-// Controller is attach/detach for the managed nodes, assembled: the states
-// of world, the populator that fills them from informers, the executor and
-// the reconciler. The agent runs one for all its nodes.
-type Controller struct {
-	dsw        *DesiredStateOfWorld
-	asw        *ActualStateOfWorld
-	populator  *Populator
-	executor   *Executor
-	reconciler *Reconciler
-}
-
-// NewController returns a controller that attaches with plugins the
-// volumes that pods on the nodes manages accepts need, reads the API
-// through informers, writes node status.volumesAttached through status and
-// sends events to recorder. It does no I/O; Run starts it.
-func NewController(plugins Plugins, informers Informers, manages func(node string) bool,
-	status AttachedVolumesWriter, recorder record.EventRecorder, opts Options) (*Controller, error) {
+// NewWorld returns the states of world of the volumes that pods on the
+// nodes manages accepts need, filled through informers and resolved with
+// plugins. It does no I/O; the Controller built on it runs the populator.
+func NewWorld(plugins Plugins, informers Informers, manages func(node string) bool, opts PopulatorOptions) (*World, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.Reconciler.Clock == nil {
-		opts.Reconciler.Clock = opts.Clock
-	}
-	if opts.Populator.Clock == nil {
-		opts.Populator.Clock = opts.Clock
-	}
 	dsw := NewDesiredStateOfWorld()
 	asw := NewActualStateOfWorld(opts.Clock)
-	populator, err := NewPopulator(dsw, asw, plugins, informers, manages, opts.Populator)
+	populator, err := NewPopulator(dsw, asw, plugins, informers, manages, opts)
 	if err != nil {
 		return nil, err
 	}
-	nodes := populator.NodeLister()
-	executor := NewExecutor(asw, plugins, nodes, recorder, ExecutorOptions{Clock: opts.Clock})
-	reconciler, err := NewReconciler(dsw, asw, executor, NewStatusUpdater(asw, status), nodes, recorder, opts.Reconciler)
-	if err != nil {
-		return nil, err
-	}
-	return &Controller{dsw: dsw, asw: asw, populator: populator, executor: executor, reconciler: reconciler}, nil
+	return &World{dsw: dsw, asw: asw, plugins: plugins, populator: populator, clock: opts.Clock}, nil
 }
 
 // DesiredState is the desired state of world.
-func (c *Controller) DesiredState() *DesiredStateOfWorld { return c.dsw }
+func (w *World) DesiredState() *DesiredStateOfWorld { return w.dsw }
 
-// ActualState is the actual state of world. The node loop reads the
-// volumes to report as attached from it (VolumesReportedAttached), the
-// mount side whether a volume is attached (IsVolumeAttachedToNode).
-func (c *Controller) ActualState() *ActualStateOfWorld { return c.asw }
+// ActualState is the actual state of world: what is attached where, and
+// what is reported as attached (VolumesReportedAttached).
+func (w *World) ActualState() *ActualStateOfWorld { return w.asw }
 
 // PodVolumes returns the names of the volumes of pod that must be attached
 // to its node before it runs; an error names the volumes that cannot be
 // resolved yet. Providers wait for these before they start a pod.
-func (c *Controller) PodVolumes(pod *corev1.Pod) ([]corev1.UniqueVolumeName, error) {
-	return c.populator.PodVolumes(pod)
+func (w *World) PodVolumes(pod *corev1.Pod) ([]corev1.UniqueVolumeName, error) {
+	return w.populator.PodVolumes(pod)
 }
 
 // IsVolumeAttachedToNode tells whether the volume is attached to node.
-func (c *Controller) IsVolumeAttachedToNode(volume corev1.UniqueVolumeName, node types.NodeName) bool {
-	return c.asw.IsVolumeAttachedToNode(volume, node)
+func (w *World) IsVolumeAttachedToNode(volume corev1.UniqueVolumeName, node types.NodeName) bool {
+	return w.asw.IsVolumeAttachedToNode(volume, node)
+}
+
+// Controller is attach/detach for the managed nodes, assembled: a World,
+// the executor that attaches and detaches with its plugins, and the
+// reconciler. The agent runs one for all its nodes.
+type Controller struct {
+	world      *World
+	reconciler *Reconciler
+}
+
+// NewController returns a controller that drives world: it attaches and
+// detaches with world's plugins, writes node status.volumesAttached through
+// status and sends events to recorder. The reconciler's clock defaults to
+// world's. It does no I/O; Run starts it.
+func NewController(world *World, status AttachedVolumesWriter, recorder record.EventRecorder, opts ReconcilerOptions) (*Controller, error) {
+	if opts.Clock == nil {
+		opts.Clock = world.clock
+	}
+	nodes := world.populator.NodeLister()
+	executor := NewExecutor(world.asw, world.plugins, nodes, recorder, ExecutorOptions{Clock: opts.Clock})
+	reconciler, err := NewReconciler(world.dsw, world.asw, executor, NewStatusUpdater(world.asw, status), nodes, recorder, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{world: world, reconciler: reconciler}, nil
 }
 
 // Register adds the controller's metrics to reg.
@@ -92,9 +95,9 @@ func (c *Controller) Register(reg prometheus.Registerer) error {
 // done and the operations started have returned.
 func (c *Controller) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
-	go func() { errc <- c.populator.Run(ctx) }()
+	go func() { errc <- c.world.populator.Run(ctx) }()
 	select {
-	case <-c.populator.Synced():
+	case <-c.world.populator.Synced():
 	case err := <-errc:
 		return fmt.Errorf("volume controller: %w", err)
 	}

@@ -55,12 +55,14 @@ func TestControllerFromInformers(t *testing.T) {
 	}
 	status := &statusWriter{written: map[types.NodeName][]corev1.UniqueVolumeName{}}
 	recorder := record.NewFakeRecorder(100)
-	c, err := attachdetach.NewController(attachdetach.Plugins{plugin}, attachdetach.Informers{
+	world, err := attachdetach.NewWorld(attachdetach.Plugins{plugin}, attachdetach.Informers{
 		Pods: core.Pods().Informer(), Claims: core.PersistentVolumeClaims().Informer(),
 		Volumes: core.PersistentVolumes().Informer(), Nodes: core.Nodes().Informer(),
-	}, func(n string) bool { return n == "node1" }, status, recorder, attachdetach.Options{
-		Reconciler: attachdetach.ReconcilerOptions{LoopPeriod: 10 * time.Millisecond},
-	})
+	}, func(n string) bool { return n == "node1" }, attachdetach.PopulatorOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := attachdetach.NewController(world, status, recorder, attachdetach.ReconcilerOptions{LoopPeriod: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,18 +84,18 @@ func TestControllerFromInformers(t *testing.T) {
 	poll(t, "volume attached and reported", func() bool {
 		return plugin.IsAttached(name, "node1") && status.lists("node1", name)
 	})
-	if got := c.ActualState().VolumesReportedAttached("node1"); !slices.Equal(got, []corev1.AttachedVolume{{Name: name}}) {
+	if got := world.ActualState().VolumesReportedAttached("node1"); !slices.Equal(got, []corev1.AttachedVolume{{Name: name}}) {
 		t.Errorf("reported attached = %v", got)
 	}
 	// What a provider asks before it starts a pod.
-	if got, err := c.PodVolumes(user); err != nil || !slices.Equal(got, []corev1.UniqueVolumeName{name}) || !c.IsVolumeAttachedToNode(name, "node1") {
-		t.Errorf("PodVolumes = %v, %v; attached %v; want [%s], nil, true", got, err, c.IsVolumeAttachedToNode(name, "node1"), name)
+	if got, err := world.PodVolumes(user); err != nil || !slices.Equal(got, []corev1.UniqueVolumeName{name}) || !world.IsVolumeAttachedToNode(name, "node1") {
+		t.Errorf("PodVolumes = %v, %v; attached %v; want [%s], nil, true", got, err, world.IsVolumeAttachedToNode(name, "node1"), name)
 	}
 	unbound := user.DeepCopy()
 	unbound.Spec.Volumes = append(unbound.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "missing"},
 	}}, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	if got, err := c.PodVolumes(unbound); err == nil || !strings.Contains(err.Error(), `volume "scratch"`) || !slices.Equal(got, []corev1.UniqueVolumeName{name}) {
+	if got, err := world.PodVolumes(unbound); err == nil || !strings.Contains(err.Error(), `volume "scratch"`) || !slices.Equal(got, []corev1.UniqueVolumeName{name}) {
 		t.Errorf("PodVolumes with a missing claim = %v, %v; want [%s] and an error naming volume scratch", got, err, name)
 	}
 
@@ -102,7 +104,7 @@ func TestControllerFromInformers(t *testing.T) {
 	}
 	// Still mounted: no detach until the node says it unmounted.
 	poll(t, "detach requested", func() bool {
-		for _, av := range c.ActualState().GetAttachedVolumes() {
+		for _, av := range world.ActualState().GetAttachedVolumes() {
 			if !av.DetachRequestedTime.IsZero() {
 				return true
 			}

@@ -1,0 +1,92 @@
+package app
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pkg/config"
+)
+
+func TestNewBuildsEveryLoopWithoutRunning(t *testing.T) {
+	// Nothing listens there: New must not talk to the API server.
+	rc := &rest.Config{Host: "https://127.0.0.1:1"}
+	for _, tt := range []struct {
+		name  string
+		setup func(*config.Config)
+		want  []string
+	}{
+		{"sim nodes with attach/detach", func(*config.Config) {},
+			[]string{"node controller", "pod controller", "volume controller"}},
+		{"attach/detach disabled, kubelet API enabled", func(c *config.Config) {
+			c.AttachDetach.Enabled = ptr.To(false)
+			c.EnableServer = ptr.To(true)
+		}, []string{"kubelet API server", "node controller", "pod controller"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.NodeName = "sim"
+			cfg.Nodes = 3
+			cfg.RootDir = t.TempDir()
+			tt.setup(cfg)
+			a, err := New(rc, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.broadcaster.Shutdown()
+			var got []string
+			for name := range a.loops {
+				got = append(got, name)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("loops %q, want %q", got, tt.want)
+			}
+			if a.count != 3 || len(a.factories) != 3 {
+				t.Errorf("%d nodes and %d informer factories, want 3 and 3", a.count, len(a.factories))
+			}
+		})
+	}
+}
+
+func TestNewRefusesAnEmptyShard(t *testing.T) {
+	cfg := config.Default()
+	cfg.NodeName = "sim"
+	cfg.Nodes = 1
+	cfg.Shard = "1/2"
+	if shardOf("sim-0", 2) == 1 {
+		cfg.Shard = "0/2"
+	}
+	if _, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, cfg, nil); err == nil {
+		t.Error("New built an agent of no node")
+	}
+}
+
+func TestRunStopsWithItsContext(t *testing.T) {
+	cfg := config.Default()
+	cfg.NodeName = "sim"
+	cfg.RootDir = t.TempDir()
+	// The attach/detach populator adds its event handlers when it runs,
+	// which fails on informers that have stopped already.
+	cfg.AttachDetach.Enabled = ptr.To(false)
+	a, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after its context ended = %v, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+}
