@@ -68,6 +68,41 @@ cri-deps:
 
 test e2e: bin/containerd bin/containerd-shim-runc-v2 cri-deps
 
+# images: the container images the cri tests run, built from source into an
+# OCI image layout in IMAGES_DIR by hack/images (its own module, which pins
+# agnhost's Kubernetes release): busybox from Debian's busybox-static
+# (installed only when missing; needs root then), agnhost, pause. Rebuilt
+# only when an input changes. `bin/images serve --dir $(IMAGES_DIR)` serves
+# them as a registry on loopback.
+IMAGES_DIR := $(LOCAL)/images
+BUSYBOX := /bin/busybox
+IMAGES_GOFLAGS := -trimpath -ldflags "-s -w"
+.PHONY: images images-test
+images: $(IMAGES_DIR)/index.json
+
+$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause $(BUSYBOX)
+	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause
+
+bin/images: $(filter-out %_test.go,$(wildcard hack/images/*.go)) hack/images/go.mod hack/images/go.sum
+	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/images .
+
+bin/pause: $(wildcard hack/images/pause/*.go) hack/images/go.mod
+	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/pause ./pause
+
+bin/agnhost: hack/images/go.mod hack/images/go.sum
+	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/agnhost k8s.io/kubernetes/test/images/agnhost
+
+$(BUSYBOX):
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends busybox-static || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends busybox-static; }
+
+# images-test: hack/images' own tests (build a few images, serve, pull).
+images-test: $(BUSYBOX)
+	cd hack/images && $(GO) test ./...
+
+test e2e: images
+test: images-test
+
 # Always handed to go build, which knows when nothing changed.
 .PHONY: bin/nodelet
 bin/nodelet:

@@ -1,0 +1,112 @@
+// Command images builds the container images that nodelet's cri tests run
+// and serves them as an OCI distribution registry on loopback, since no
+// registry outside is reachable from where the tests run.
+//
+//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH]
+//	images serve --dir DIR [--listen 127.0.0.1:PORT] [--auth USER:PASSWORD] [--ready-file FILE]
+//
+// build writes an OCI image layout at DIR, each image named by its full
+// reference in the io.containerd.image.name annotation of its index entry
+// (and its tag in org.opencontainers.image.ref.name). serve serves every image
+// of DIR under its repository path without the registry host, so a runtime
+// that mirrors registry.k8s.io and docker.io to it finds them; repositories
+// under private/ need basic auth. This module owns hack/images and nothing
+// else: it never writes outside DIR and the ready file.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "images: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH]
+  images serve --dir DIR [--listen ADDR] [--auth USER:PASSWORD] [--ready-file FILE]`
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "build":
+		return runBuild(ctx, args[1:])
+	case "serve":
+		return runServe(ctx, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Println(usage)
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+	}
+}
+
+func runBuild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	var in inputs
+	dir := fs.String("dir", "", "directory of the OCI image layout to write (replaced as a whole)")
+	fs.StringVar(&in.busybox, "busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
+	fs.StringVar(&in.agnhost, "agnhost", besideSelf("agnhost"), "static agnhost binary")
+	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" || fs.NArg() > 0 {
+		return errors.New("build: --dir is required and takes no arguments")
+	}
+	built, err := build(ctx, *dir, in)
+	if err != nil {
+		return err
+	}
+	for _, b := range built {
+		fmt.Printf("%s %s %d bytes\n", b.ref, b.digest, b.size)
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var cfg serveConfig
+	fs.StringVar(&cfg.dir, "dir", "", "OCI image layout written by build")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:5000", "address to listen on (port 0: any free port)")
+	auth := fs.String("auth", "", "USER:PASSWORD that the repositories under private/ require")
+	fs.StringVar(&cfg.readyFile, "ready-file", "", "file to write the listen address to once serving")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.dir == "" || fs.NArg() > 0 {
+		return errors.New("serve: --dir is required and takes no arguments")
+	}
+	if *auth != "" {
+		var err error
+		if cfg.user, cfg.password, err = splitAuth(*auth); err != nil {
+			return err
+		}
+	}
+	return serve(ctx, cfg, os.Stderr)
+}
+
+// besideSelf is the path of name in the directory of this executable, where
+// make puts the binaries that the images are made of.
+func besideSelf(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return name
+	}
+	return filepath.Join(filepath.Dir(exe), name)
+}
