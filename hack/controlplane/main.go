@@ -2,12 +2,15 @@
 // control plane: embedded etcd, the upstream kube-apiserver, kube-scheduler,
 // kube-controller-manager and kubectl, plus "up", which runs all four servers
 // as child processes in one directory for development and end-to-end tests.
+// It also holds the upstream kubelet, which "up" never starts: the benchmarks
+// run it as the reference node agent for nodelet's cri provider.
 //
 // It is a separate Go module so that nodelet itself never depends on
 // k8s.io/kubernetes.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +22,7 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 var commands = map[string]func() *cobra.Command{
@@ -26,6 +30,7 @@ var commands = map[string]func() *cobra.Command{
 	"scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
 	"controller-manager": controllermanager.NewControllerManagerCommand,
 	"kubectl":            kubectlcmd.NewDefaultKubectlCommand,
+	"kubelet":            func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 	"etcd":               newEtcdCommand,
 	"up":                 newUpCommand,
 }
@@ -62,5 +67,5 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: controlplane up|etcd|apiserver|scheduler|controller-manager|kubectl [flags]")
+	fmt.Fprintln(os.Stderr, "usage: controlplane up|etcd|apiserver|scheduler|controller-manager|kubectl|kubelet [flags]")
 }
