@@ -173,6 +173,13 @@ bench: build bin/kwok
 bench-process: build
 	$(GO) run ./bench --process-pods 100 --out bench/results-process.json
 
+# bench-cri: nodelet's cri provider against the real kubelet (bin/controlplane
+# kubelet), one after the other on one private containerd, 100 pods of a
+# Deployment each (needs root).
+.PHONY: bench-cri
+bench-cri: build bin/containerd bin/containerd-shim-runc-v2 cri-deps images
+	$(GO) run ./bench --cri-pods 100 --out bench/results-cri.json
+
 # clean: delete the sample workload (its processes outlive the agent by
 # design), stop what make run started, remove binaries and the local cluster.
 clean:

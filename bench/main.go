@@ -3,6 +3,10 @@
 // and memory, and a steady state's API writes and lease lapses. Each agent
 // gets a fresh control plane; the figures are printed as a table with the
 // ratios nodelet/kwok and written as JSON. Run it with `make bench`.
+//
+// With --process-pods it measures the process provider instead (make
+// bench-process), and with --cri-pods the cri provider against the real
+// kubelet on one private containerd (make bench-cri).
 package main
 
 import (
@@ -77,7 +81,30 @@ func main() {
 	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
 	flag.StringVar(&o.deployProvider, "process-provider", "process", "with --process-pods: the node's provider (sim measures the control plane alone)")
 	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
+	var co criOptions
+	var criAgents string
+	flag.IntVar(&co.pods, "cri-pods", 0, "instead: measure nodelet's cri provider against the real kubelet, each with a Deployment of this many replicas on one private containerd (needs root and make images)")
+	flag.StringVar(&criAgents, "cri-agents", "kubelet,nodelet", "with --cri-pods: the agents, in the order they run")
+	flag.DurationVar(&co.idle, "cri-idle", time.Minute, "with --cri-pods: how long the pods run idle while the agent is measured")
+	flag.DurationVar(&co.settle, "cri-settle", 10*time.Second, "with --cri-pods: how long the agent runs after its node is Ready before the Deployment is created")
+	flag.StringVar(&co.imagesDir, "images", ".local/images", "with --cri-pods: the OCI image layout (make images) that bin/images serves as the registry")
 	flag.Parse()
+	if co.pods > 0 {
+		co.agents = strings.Split(criAgents, ",")
+		if !flagSet("out") {
+			o.out = "bench/results-cri.json"
+		}
+		results, err := measureCRI(context.Background(), o, co)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench cri: %v\n", err)
+			os.Exit(1)
+		}
+		if err := writeCRIResults(o.out, co, results); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *processPods > 0 {
 		r, err := measureProcess(context.Background(), o, *processPods, *processIdle)
 		if err != nil {
@@ -113,6 +140,13 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("\nwritten to %s\n", o.out)
+}
+
+// flagSet says whether the command line set the flag.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func logf(format string, args ...any) {
