@@ -160,7 +160,7 @@ func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c 
 // try again if the container cannot start yet.
 func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) time.Duration {
 	logger := w.logger(ctx).WithValues("container", c.Name)
-	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, Allocatable: w.deps.allocatable()}
+	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable()}
 	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
 	if err != nil {
 		w.wait(c, "CreateContainerConfigError", err.Error(), true)
@@ -265,7 +265,30 @@ func (w *podWorker) currentSandbox() Sandbox {
 
 // target is what probes and hooks of a container run against.
 func (w *podWorker) target(c *corev1.Container) probe.Target {
-	return probe.Target{Container: c, HostIP: w.deps.address, Exec: execer{w}}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.targetLocked(c)
+}
+
+// targetLocked is target for a caller that holds w.mu: the pod's IP
+// (the node's when the pod shares its network) and its containers.
+func (w *podWorker) targetLocked(c *corev1.Container) probe.Target {
+	host := w.deps.address
+	if w.sandbox != nil {
+		if ips := w.sandbox.IPs(); len(ips) > 0 {
+			host = ips[0]
+		}
+	}
+	return probe.Target{Container: c, PodIP: host, Exec: execer{w}}
+}
+
+// podIPs are the IPs of the pod's sandbox; none when it shares the node's
+// network.
+func (w *podWorker) podIPs() []string {
+	if sb := w.currentSandbox(); sb != nil {
+		return sb.IPs()
+	}
+	return nil
 }
 
 // execer runs probe and hook commands in the pod's containers.

@@ -31,7 +31,7 @@ func (w *podWorker) syncProbes(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	cs.started = c.StartupProbe == nil
 	cs.ready = c.ReadinessProbe == nil && cs.started
 	if c.StartupProbe != nil {
-		w.runProbe(pctx, probe.Kind("startup"), c, c.StartupProbe, st.Attempt)
+		w.runProbeLocked(pctx, probe.Kind("startup"), c, c.StartupProbe, st.Attempt)
 		return
 	}
 	w.startProbesLocked(pctx, c, st.Attempt)
@@ -41,15 +41,16 @@ func (w *podWorker) syncProbes(ctx context.Context, pod *corev1.Pod, c *corev1.C
 // startup probe (if any) has succeeded.
 func (w *podWorker) startProbesLocked(ctx context.Context, c *corev1.Container, attempt int) {
 	if c.LivenessProbe != nil {
-		w.runProbe(ctx, probe.Kind("liveness"), c, c.LivenessProbe, attempt)
+		w.runProbeLocked(ctx, probe.Kind("liveness"), c, c.LivenessProbe, attempt)
 	}
 	if c.ReadinessProbe != nil {
-		w.runProbe(ctx, probe.Kind("readiness"), c, c.ReadinessProbe, attempt)
+		w.runProbeLocked(ctx, probe.Kind("readiness"), c, c.ReadinessProbe, attempt)
 	}
 }
 
-func (w *podWorker) runProbe(ctx context.Context, kind probe.Kind, c *corev1.Container, p *corev1.Probe, attempt int) {
-	pw := probe.NewWorker(kind, p, w.target(c), w.deps.clock, func(r probe.Result, msg string) {
+// runProbeLocked starts a probe of the container; the caller holds w.mu.
+func (w *podWorker) runProbeLocked(ctx context.Context, kind probe.Kind, c *corev1.Container, p *corev1.Probe, attempt int) {
+	pw := probe.NewWorker(kind, p, w.targetLocked(c), w.deps.clock, func(r probe.Result, msg string) {
 		w.probeChanged(ctx, kind, c, p, attempt, r, msg)
 	})
 	go pw.Run(ctx)

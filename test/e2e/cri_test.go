@@ -41,8 +41,29 @@ func waitContainerWaiting(t *testing.T, ns, pod, reason string, timeout time.Dur
 		if err != nil {
 			return false, err.Error()
 		}
-		return strings.Contains(out, reason), out
+		if strings.Contains(out, reason) {
+			return true, out
+		}
+		status, _ := kubectlErr("get", "pod", "-n", ns, pod, "-o", "jsonpath={.status}")
+		return false, status
 	})
+}
+
+// criNamespace is the test's namespace; its pods are deleted (and, if the
+// test failed, shown with their Events first) before the agent stops.
+func criNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newNamespace(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := kubectlErr("get", "pods", "-n", ns, "-o", "yaml")
+			t.Logf("pods of %s:\n%s", ns, lastLines(out, 150))
+			events, _ := kubectlErr("get", "events", "-n", ns, "-o", "jsonpath={range .items[*]}{.involvedObject.name} {.reason}: {.message}{\"\\n\"}{end}")
+			t.Logf("events of %s:\n%s", ns, events)
+		}
+		deletePods(t, ns)
+	})
+	return ns
 }
 
 // podEvents are the reasons and messages of a pod's Events.
@@ -56,8 +77,7 @@ func podEvents(t *testing.T, ns, pod string) string {
 func TestCRIDeploymentPodNetwork(t *testing.T) {
 	node := uniqueName(t)
 	c := startCRINodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+	ns := criNamespace(t)
 	apply(t, ns, fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -115,8 +135,7 @@ spec:
 func TestCRILogsExecPortForward(t *testing.T) {
 	node := uniqueName(t)
 	startCRINodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+	ns := criNamespace(t)
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -211,9 +230,10 @@ spec:
 func TestCRIImagePullErrorsAndSecrets(t *testing.T) {
 	node := uniqueName(t)
 	startCRINodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+	ns := criNamespace(t)
 	pod := func(name, image, secret string) string {
+		// Always: the image another pod pulled with its secret must not
+		// serve a pod without one.
 		pullSecrets := ""
 		if secret != "" {
 			pullSecrets = "  imagePullSecrets: [{name: " + secret + "}]\n"
@@ -228,6 +248,7 @@ spec:
 %s  containers:
   - name: c
     image: %s
+    imagePullPolicy: Always
     command: ["sleep", "3600"]
 `, name, node, pullSecrets, image)
 	}
@@ -248,15 +269,17 @@ spec:
 		}
 	}
 	waitContainerWaiting(t, ns, "invalid", "InvalidImageName", time.Minute)
-	waitContainerWaiting(t, ns, "private-denied", "ErrImagePull", 2*time.Minute)
+	waitContainerWaiting(t, ns, "private-denied", "ImagePull", 2*time.Minute) // ErrImagePull or ImagePullBackOff
+	if events := podEvents(t, ns, "private-denied"); !strings.Contains(events, "authorization failed") {
+		t.Errorf("pod private-denied: no Event says the registry refused it:\n%s", events)
+	}
 	waitPodPhase(t, ns, "private-allowed", "Running", 2*time.Minute)
 }
 
 func TestCRISecurityContext(t *testing.T) {
 	node := uniqueName(t)
 	startCRINodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+	ns := criNamespace(t)
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -324,8 +347,7 @@ spec:
 func TestCRIDNSAndHostAliases(t *testing.T) {
 	node := uniqueName(t)
 	startCRINodelet(t, node, "--cluster-dns", "10.96.0.10", "--cluster-domain", "cluster.local")
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+	ns := criNamespace(t)
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:

@@ -90,8 +90,7 @@ func TestProcessNativeSidecar(t *testing.T) {
 func TestCRINativeSidecar(t *testing.T) {
 	node := uniqueName(t)
 	startCRINodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
+	ns := criNamespace(t)
 	apply(t, ns, sidecarPod(node, busyboxImage))
 	checkSidecarPod(t, ns)
 }

@@ -241,3 +241,25 @@ func TestMetadataFieldMaps(t *testing.T) {
 		t.Errorf("labels = %q, want %q", got, want)
 	}
 }
+
+// A pod with IPs of its own (its sandbox's network) reports them as
+// status.podIP(s); status.hostIP stays the node's.
+func TestPodIPsOfTheSandbox(t *testing.T) {
+	pod := testPod()
+	c := &pod.Spec.Containers[0]
+	c.Env = []corev1.EnvVar{
+		{Name: "HOST_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "POD_IPS", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIPs"}}},
+	}
+	withIPs := node
+	withIPs.PodIPs = []string{"10.213.0.7", "fd00::7"}
+	got, err := Environment(context.Background(), NewGetter(fake.NewClientset(objects()...)), pod, c, withIPs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kubernetesVars + " HOST_IP=192.168.1.10 POD_IP=10.213.0.7 POD_IPS=10.213.0.7,fd00::7"
+	if strings.Join(got, " ") != want {
+		t.Errorf("environment\n got: %s\nwant: %s", strings.Join(got, " "), want)
+	}
+}

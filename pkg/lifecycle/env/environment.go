@@ -20,9 +20,11 @@ const masterService = "kubernetes"
 // NodeInfo is what the environment needs to know about the node.
 type NodeInfo struct {
 	NodeName string
-	// HostIP is the node's primary IP. On the process provider pods use the
-	// host network, so it is also the pod IP.
+	// HostIP is the node's primary IP.
 	HostIP string
+	// PodIPs are the pod's IPs, primary first; none means the pod uses the
+	// host's network, whose IPs are then the pod's.
+	PodIPs []string
 	// Allocatable stands in for a resource limit a container does not set.
 	Allocatable corev1.ResourceList
 }
@@ -341,10 +343,14 @@ func (r *resolver) field(path string) (string, error) {
 		return r.node.NodeName, nil
 	case "spec.serviceAccountName":
 		return r.pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP":
+	case "status.hostIP":
 		return r.hostIPs()[0], nil
-	case "status.hostIPs", "status.podIPs":
+	case "status.hostIPs":
 		return strings.Join(r.hostIPs(), ","), nil
+	case "status.podIP":
+		return r.podIPs()[0], nil
+	case "status.podIPs":
+		return strings.Join(r.podIPs(), ","), nil
 	}
 	v, err := MetadataField(r.pod, path)
 	if err != nil {
@@ -371,6 +377,15 @@ func (r *resolver) hostIPs() []string {
 		ips = append(ips, "")
 	}
 	return ips
+}
+
+// podIPs returns the pod's IPs, primary first: the host's when it has none
+// of its own; never empty.
+func (r *resolver) podIPs() []string {
+	if len(r.node.PodIPs) > 0 {
+		return r.node.PodIPs
+	}
+	return r.hostIPs()
 }
 
 // FindContainer returns the pod's container (or init container) of that

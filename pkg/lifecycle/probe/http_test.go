@@ -51,7 +51,7 @@ func TestHTTPProbe(t *testing.T) {
 	srvPort = port
 
 	container := &corev1.Container{Name: "app", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}}}
-	target := Target{Container: container, HostIP: host}
+	target := Target{Container: container, PodIP: host}
 	uaRE := regexp.MustCompile(`ua=kube-probe/1\.\d+ `)
 
 	tests := []struct {
@@ -126,7 +126,7 @@ func TestHTTPSProbeSkipsVerification(t *testing.T) {
 	host, port := hostPort(t, srv)
 	for _, scheme := range []corev1.URIScheme{corev1.URISchemeHTTPS, "https"} {
 		h := &corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Scheme: scheme, Path: "/", Port: intstr.FromInt32(int32(port))}}
-		got, msg := Once(context.Background(), h, 0, Target{HostIP: host})
+		got, msg := Once(context.Background(), h, 0, Target{PodIP: host})
 		if got != Success || msg != "secure" {
 			t.Errorf("scheme %s: got %v %q, want Success \"secure\"", scheme, got, msg)
 		}

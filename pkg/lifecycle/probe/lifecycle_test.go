@@ -100,7 +100,7 @@ func TestRunHandler(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			target := Target{Container: container, HostIP: host}
+			target := Target{Container: container, PodIP: host}
 			if tc.exec != nil {
 				target.Exec = tc.exec
 			}

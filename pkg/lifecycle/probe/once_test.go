@@ -34,7 +34,7 @@ func TestTCPProbe(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	target := Target{
 		Container: &corev1.Container{Name: "app", Ports: []corev1.ContainerPort{{Name: "tcp", ContainerPort: int32(port)}}},
-		HostIP:    "127.0.0.1",
+		PodIP:    "127.0.0.1",
 	}
 	tests := []struct {
 		name   string
@@ -109,7 +109,7 @@ func TestGRPCProbe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &corev1.ProbeHandler{GRPC: &corev1.GRPCAction{Port: int32(tc.port), Service: tc.service}}
-			got, msg := Once(context.Background(), h, tc.timeout, Target{HostIP: "127.0.0.1"})
+			got, msg := Once(context.Background(), h, tc.timeout, Target{PodIP: "127.0.0.1"})
 			if got != tc.want || !strings.Contains(msg, tc.msg) {
 				t.Errorf("got %v %q, want %v containing %q", got, msg, tc.want, tc.msg)
 			}

@@ -37,9 +37,9 @@ type Target struct {
 	// environment for $(VAR) references in exec probes and the container
 	// name passed to Exec.
 	Container *corev1.Container
-	// HostIP is the host for httpGet, tcpSocket and grpc when the handler
+	// PodIP is the host for httpGet, tcpSocket and grpc when the handler
 	// names none.
-	HostIP string
+	PodIP string
 	// Exec runs exec handlers; without it they fail.
 	Exec Execer
 	// Clock times sleep hooks; nil means the real clock.
@@ -143,10 +143,10 @@ func resolvePort(port intstr.IntOrString, c *corev1.Container) (int, error) {
 	return n, nil
 }
 
-// address joins host (t.HostIP when empty) and port.
+// address joins host (t.PodIP when empty) and port.
 func address(host string, port int, t Target) (string, error) {
 	if host == "" {
-		host = t.HostIP
+		host = t.PodIP
 	}
 	if host == "" {
 		return "", errors.New("no host: the handler names none and the target has no host IP")
