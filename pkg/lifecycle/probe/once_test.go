@@ -34,7 +34,7 @@ func TestTCPProbe(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	target := Target{
 		Container: &corev1.Container{Name: "app", Ports: []corev1.ContainerPort{{Name: "tcp", ContainerPort: int32(port)}}},
-		PodIP:    "127.0.0.1",
+		PodIP:     "127.0.0.1",
 	}
 	tests := []struct {
 		name   string
