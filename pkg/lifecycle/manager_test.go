@@ -1,0 +1,299 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+)
+
+// fakeRuntime is a runtime whose containers run on paper: a start makes a
+// running attempt, and the test ends attempts with exit.
+type fakeRuntime struct {
+	ips []string
+
+	mu        sync.Mutex
+	sandboxes map[types.UID]*fakeSandbox
+	onExit    func(types.UID, string)
+	events    []string // "start <name>", "stop <name>"
+}
+
+func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) { return nil, nil }
+
+func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb := &fakeSandbox{rt: r, uid: spec.Pod.UID, attempts: map[string][]ContainerStatus{}}
+	r.sandboxes[spec.Pod.UID] = sb
+	return sb, nil
+}
+
+func (r *fakeRuntime) RemoveSandbox(_ context.Context, uid types.UID) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.sandboxes, uid)
+	return nil
+}
+
+func (r *fakeRuntime) OnExit(f func(types.UID, string)) { r.onExit = f }
+
+func (r *fakeRuntime) record(e string) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *fakeRuntime) recorded() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// exit ends the running attempt of a container of the pod with code.
+func (r *fakeRuntime) exit(uid types.UID, name string, code int) bool {
+	r.mu.Lock()
+	sb := r.sandboxes[uid]
+	r.mu.Unlock()
+	if sb == nil || !sb.end(name, code) {
+		return false
+	}
+	r.onExit(uid, name)
+	return true
+}
+
+type fakeSandbox struct {
+	rt  *fakeRuntime
+	uid types.UID
+
+	mu       sync.Mutex
+	attempts map[string][]ContainerStatus
+}
+
+func (s *fakeSandbox) UID() types.UID { return s.uid }
+func (s *fakeSandbox) Ready() bool    { return true }
+func (s *fakeSandbox) IPs() []string  { return s.rt.ips }
+
+func (s *fakeSandbox) Container(name string) (ContainerStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.attempts[name]
+	if len(list) == 0 {
+		return ContainerStatus{}, false
+	}
+	return list[len(list)-1], true
+}
+
+func (s *fakeSandbox) Previous(name string) (ContainerStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.attempts[name]
+	if len(list) < 2 {
+		return ContainerStatus{}, false
+	}
+	return list[len(list)-2], true
+}
+
+func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
+	s.mu.Lock()
+	s.attempts[spec.Container.Name] = append(s.attempts[spec.Container.Name], ContainerStatus{
+		Name: spec.Container.Name, Attempt: spec.Attempt, ID: fmt.Sprintf("fake://%s/%d", spec.Container.Name, spec.Attempt),
+		State: StateRunning, StartedAt: time.Now(),
+	})
+	s.mu.Unlock()
+	s.rt.record("start " + spec.Container.Name)
+	return nil
+}
+
+func (s *fakeSandbox) end(name string, code int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.attempts[name]
+	if len(list) == 0 || list[len(list)-1].State != StateRunning {
+		return false
+	}
+	st := &list[len(list)-1]
+	st.State, st.ExitCode, st.FinishedAt, st.Reason = StateExited, code, time.Now(), ReasonCompleted
+	if code != 0 {
+		st.Reason = ReasonError
+	}
+	return true
+}
+
+func (s *fakeSandbox) StopContainer(_ context.Context, name string, _ time.Duration) error {
+	if s.end(name, 143) {
+		s.rt.record("stop " + name)
+		s.rt.onExit(s.uid, name)
+	}
+	return nil
+}
+
+func (s *fakeSandbox) ExecSync(context.Context, string, []string) ([]byte, int, error) {
+	return nil, 0, nil
+}
+
+func (s *fakeSandbox) Exec(context.Context, string, []string, StreamIO) (int, error) { return 0, nil }
+func (s *fakeSandbox) Attach(context.Context, string, StreamIO) error                { return nil }
+func (s *fakeSandbox) ReadLogs(context.Context, string, int, LogOptions, io.Writer) error {
+	return nil
+}
+func (s *fakeSandbox) PortForward(context.Context, int32, io.ReadWriteCloser) error { return nil }
+
+// lifecycleFixture is a manager over a fakeRuntime, with the last status
+// it published of each pod.
+type lifecycleFixture struct {
+	m  *Manager
+	rt *fakeRuntime
+
+	mu       sync.Mutex
+	statuses map[string]corev1.PodStatus
+}
+
+func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
+	t.Helper()
+	client := fake.NewClientset()
+	root := t.TempDir()
+	rt := &fakeRuntime{ips: podIPs, sandboxes: map[types.UID]*fakeSandbox{}}
+	m, err := New(Parts{
+		Runtime:  rt,
+		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
+		Env:      env.NewGetter(client),
+		Recorder: record.NewFakeRecorder(1000),
+	}, Options{
+		NodeName: "node", Address: "192.0.2.1", RootDir: root,
+		Allocatable: func() corev1.ResourceList { return corev1.ResourceList{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &lifecycleFixture{m: m, rt: rt, statuses: map[string]corev1.PodStatus{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.NotifyPods(ctx, func(p *corev1.Pod) {
+		f.mu.Lock()
+		f.statuses[p.Name] = p.Status
+		f.mu.Unlock()
+	})
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return f
+}
+
+func (f *lifecycleFixture) status(name string) corev1.PodStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statuses[name]
+}
+
+// eventually polls cond until it holds or 10 seconds have passed.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after 10s; last seen: %s", what, msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testPod(name string, spec corev1.PodSpec) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)}, Spec: spec}
+}
+
+// A pod with an IP of its own is probed at that IP, not the node's; the
+// probe is started under the worker's lock, which it must not take again.
+func TestProbesReachThePodIP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	f := newLifecycleFixture(t, []string{host})
+	pod := testPod("web", corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "web", Image: "web",
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(int32(p))}}},
+	}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod ready", func() (bool, string) {
+		s := f.status("web")
+		for _, c := range s.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return s.PodIP == host, fmt.Sprintf("podIP %s", s.PodIP)
+			}
+		}
+		return false, fmt.Sprintf("%+v", s.Conditions)
+	})
+}
+
+// A native sidecar starts first and must be running before the next init
+// container starts; it runs beside the app and is stopped after the app
+// is done for good, so the pod succeeds.
+func TestSidecarRunsBesideTheApp(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	always := corev1.ContainerRestartPolicyAlways
+	pod := testPod("side", corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever,
+		InitContainers: []corev1.Container{
+			{Name: "side", Image: "i", RestartPolicy: &always},
+			{Name: "init", Image: "i"},
+		},
+		Containers: []corev1.Container{{Name: "app", Image: "i"}},
+	})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "init started after the sidecar", func() (bool, string) {
+		ev := f.rt.recorded()
+		return slices.Equal(ev, []string{"start side", "start init"}), fmt.Sprint(ev)
+	})
+	if !f.rt.exit(pod.UID, "init", 0) {
+		t.Fatal("init not running")
+	}
+	eventually(t, "app started, sidecar still running", func() (bool, string) {
+		ev := f.rt.recorded()
+		s := f.status("side")
+		init := false
+		for _, c := range s.Conditions {
+			init = init || c.Type == corev1.PodInitialized && c.Status == corev1.ConditionTrue
+		}
+		return slices.Equal(ev, []string{"start side", "start init", "start app"}) && init && s.Phase == corev1.PodRunning,
+			fmt.Sprint(ev, s.Phase, s.Conditions)
+	})
+	if !f.rt.exit(pod.UID, "app", 0) {
+		t.Fatal("app not running")
+	}
+	eventually(t, "sidecar stopped after the app, pod succeeded", func() (bool, string) {
+		ev := f.rt.recorded()
+		s := f.status("side")
+		return slices.Equal(ev, []string{"start side", "start init", "start app", "stop side"}) && s.Phase == corev1.PodSucceeded,
+			fmt.Sprint(ev, s.Phase)
+	})
+}
