@@ -98,12 +98,39 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
 		}
 	}
+	for _, c := range ephemeralContainers(pod) {
+		// An ephemeral container runs once, never restarted.
+		if _, ok := w.sandbox.Container(c.Name); !ok {
+			soonest(w.startContainer(ctx, pod, &c, 0))
+		}
+	}
 	if appsDone {
 		// The app containers are done for good: the sidecars stop too,
 		// the last started first.
 		w.stopSidecars(ctx, gracePeriod(pod))
 	}
 	return next
+}
+
+// ephemeralContainers are the pod's ephemeral containers (kubectl debug)
+// as containers; the runtime tells them by name.
+func ephemeralContainers(pod *corev1.Pod) []corev1.Container {
+	out := make([]corev1.Container, 0, len(pod.Spec.EphemeralContainers))
+	for _, ec := range pod.Spec.EphemeralContainers {
+		out = append(out, corev1.Container(ec.EphemeralContainerCommon))
+	}
+	return out
+}
+
+// targetContainer is the container whose namespaces an ephemeral container
+// shares, if it names one.
+func targetContainer(pod *corev1.Pod, name string) string {
+	for _, ec := range pod.Spec.EphemeralContainers {
+		if ec.Name == name {
+			return ec.TargetContainerName
+		}
+	}
+	return ""
 }
 
 // isSidecar tells whether an init container is a restartable one (a
@@ -181,12 +208,13 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		return retryAfter
 	}
 	spec := ContainerSpec{
-		Pod:       pod,
-		Container: c,
-		Attempt:   attempt,
-		Command:   expandArgs(slices.Clone(c.Command), byName),
-		Args:      expandArgs(slices.Clone(c.Args), byName),
-		Env:       vars,
+		Pod:             pod,
+		Container:       c,
+		Attempt:         attempt,
+		Command:         expandArgs(slices.Clone(c.Command), byName),
+		Args:            expandArgs(slices.Clone(c.Args), byName),
+		Env:             vars,
+		TargetContainer: targetContainer(pod, c.Name),
 	}
 	for _, m := range mounts {
 		spec.Mounts = append(spec.Mounts, Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation})

@@ -96,8 +96,10 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	loadOnce sync.Once
-	loadErr  error
+	// loadMu guards loaded: the pods an earlier agent left are adopted
+	// once, by the first call that finds the runtime answering.
+	loadMu sync.Mutex
+	loaded bool
 
 	mu     sync.Mutex
 	pods   map[string]*podWorker // namespace/name
@@ -192,8 +194,16 @@ func key(namespace, name string) string { return namespace + "/" + name }
 // sandbox. A sandbox without state (a crash between the two) is removed; a
 // state file without a sandbox is a pod whose sandbox is created again.
 func (m *Manager) load() error {
-	m.loadOnce.Do(func() { m.loadErr = m.doLoad() })
-	return m.loadErr
+	m.loadMu.Lock()
+	defer m.loadMu.Unlock()
+	if m.loaded {
+		return nil
+	}
+	if err := m.doLoad(); err != nil {
+		return err
+	}
+	m.loaded = true
+	return nil
 }
 
 func (m *Manager) doLoad() error {

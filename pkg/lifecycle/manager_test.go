@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +30,8 @@ import (
 // running attempt, and the test ends attempts with exit.
 type fakeRuntime struct {
 	ips []string
+	// down makes Sandboxes fail, as a runtime that does not answer.
+	down atomic.Bool
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -35,7 +39,12 @@ type fakeRuntime struct {
 	events    []string // "start <name>", "stop <name>"
 }
 
-func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) { return nil, nil }
+func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) {
+	if r.down.Load() {
+		return nil, errors.New("runtime not answering")
+	}
+	return nil, nil
+}
 
 func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbox, error) {
 	r.mu.Lock()
@@ -296,4 +305,28 @@ func TestSidecarRunsBesideTheApp(t *testing.T) {
 		return slices.Equal(ev, []string{"start side", "start init", "start app", "stop side"}) && s.Phase == corev1.PodSucceeded,
 			fmt.Sprint(ev, s.Phase)
 	})
+}
+
+// A runtime that does not answer when the agent starts delays the adoption
+// of the pods an earlier agent left; it does not break the manager for good.
+func TestRuntimeDownAtStartIsRetried(t *testing.T) {
+	client := fake.NewClientset()
+	root := t.TempDir()
+	rt := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}
+	rt.down.Store(true)
+	m, err := New(Parts{
+		Runtime: rt, Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
+		Env: env.NewGetter(client), Recorder: record.NewFakeRecorder(100),
+	}, Options{NodeName: "node", Address: "192.0.2.1", RootDir: root,
+		Allocatable: func() corev1.ResourceList { return corev1.ResourceList{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GetPods(context.Background()); err == nil {
+		t.Fatal("GetPods succeeded while the runtime is down")
+	}
+	rt.down.Store(false)
+	if _, err := m.GetPods(context.Background()); err != nil {
+		t.Fatalf("GetPods once the runtime answers: %v", err)
+	}
 }

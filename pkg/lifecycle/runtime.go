@@ -86,6 +86,9 @@ type ContainerSpec struct {
 	Command, Args []string
 	Env           []string // "K=V"
 	Mounts        []Mount
+	// TargetContainer is, for an ephemeral container, the container whose
+	// process namespace it joins; empty for none.
+	TargetContainer string
 }
 
 // Mount binds a host file or directory into a container.

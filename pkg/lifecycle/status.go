@@ -45,6 +45,7 @@ type podView struct {
 	sandbox   bool // the sandbox runs: containers can start
 	init      []containerView
 	regular   []containerView
+	ephemeral []containerView
 	// failReason and failMessage fail the whole pod (DeadlineExceeded).
 	failReason, failMessage string
 	// terminated: the pod was deleted and everything of it stopped.
@@ -175,6 +176,10 @@ func podStatus(v *podView) corev1.PodStatus {
 		default:
 			waiting++
 		}
+	}
+
+	for i := range v.ephemeral {
+		s.EphemeralContainerStatuses = append(s.EphemeralContainerStatuses, containerStatus(pod.UID, &v.ephemeral[i], "ContainerCreating"))
 	}
 
 	initFailed := false

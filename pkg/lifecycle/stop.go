@@ -39,7 +39,7 @@ func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool
 	}
 	deadline := w.deps.clock.Now().Add(grace)
 	var first []*corev1.Container
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers, ephemeralContainers(pod)} {
 		for i := range list {
 			if !isSidecar(&list[i]) {
 				first = append(first, &list[i])

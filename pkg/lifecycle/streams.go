@@ -25,7 +25,7 @@ func (m *Manager) container(namespace, pod, container string) (*podWorker, Sandb
 	sb, spec := w.sandbox, w.pod
 	w.mu.Unlock()
 	found := false
-	for _, list := range [][]string{names(spec.Spec.InitContainers), names(spec.Spec.Containers)} {
+	for _, list := range [][]string{names(spec.Spec.InitContainers), names(spec.Spec.Containers), names(ephemeralContainers(spec))} {
 		for _, n := range list {
 			found = found || n == container
 		}

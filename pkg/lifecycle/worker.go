@@ -316,6 +316,11 @@ func (w *podWorker) viewLocked() *podView {
 	for i := range w.pod.Spec.Containers {
 		v.regular = append(v.regular, view(&w.pod.Spec.Containers[i], false))
 	}
+	for _, c := range ephemeralContainers(w.pod) {
+		cv := view(&c, false)
+		cv.final = cv.latest != nil && cv.latest.State == StateExited
+		v.ephemeral = append(v.ephemeral, cv)
+	}
 	return v
 }
 

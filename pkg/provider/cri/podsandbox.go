@@ -293,6 +293,11 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		Env:      envKeyValues(spec.Env),
 		ImageRef: img.ref, ImageUID: img.uid, ImageUsername: img.username,
 	}
+	if spec.TargetContainer != "" {
+		if t := s.latest(spec.TargetContainer); t != nil {
+			params.TargetID = t.id
+		}
+	}
 	for _, m := range spec.Mounts {
 		params.Mounts = append(params.Mounts, containerMount{HostPath: m.Source, ContainerPath: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation})
 	}

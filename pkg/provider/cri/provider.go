@@ -159,8 +159,8 @@ func (p *Provider) Run(ctx context.Context) error {
 	wg.Go(func() { p.runtime.run(ctx) })
 	wg.Go(func() { p.runtime.watchEvents(ctx) })
 	wg.Go(func() { p.listImages(ctx) })
-	err := p.waitForRuntime(ctx)
-	if err == nil {
+	var err error
+	if p.waitForRuntime(ctx) {
 		err = p.Manager.Run(ctx)
 	}
 	wg.Wait()
@@ -168,19 +168,19 @@ func (p *Provider) Run(ctx context.Context) error {
 	return err
 }
 
-// waitForRuntime waits until the runtime answers: the pods an earlier
-// agent left are found through it.
-func (p *Provider) waitForRuntime(ctx context.Context) error {
+// waitForRuntime waits until the runtime answers, through which the pods
+// an earlier agent left are found; false when ctx ended first.
+func (p *Provider) waitForRuntime(ctx context.Context) bool {
 	logger := klog.FromContext(ctx)
 	for {
 		_, _, err := p.runtime.conn.services(ctx)
 		if err == nil {
-			return nil
+			return true
 		}
 		logger.V(2).Info("Waiting for the container runtime", "err", err)
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-p.opts.Clock.After(redialEvery):
 		}
 	}
