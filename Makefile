@@ -15,8 +15,9 @@ LOCAL := .local
 KUBECONFIG_LOCAL := $(LOCAL)/controlplane/admin.kubeconfig
 KUBECTL := bin/controlplane kubectl --kubeconfig $(KUBECONFIG_LOCAL)
 NODE_NAME ?= nodelet-0
-# make run's provider: process (real host processes; needs root) or sim.
-PROVIDER ?= process
+# make run's provider: cri (container images through a private containerd;
+# needs root), process (real host processes; needs root) or sim.
+PROVIDER ?= cri
 TEST_TIMEOUT ?= 40m
 
 .PHONY: build run stop test unit e2e vet bench bench-process clean
@@ -109,14 +110,34 @@ bin/nodelet:
 	$(GO) build -o bin/nodelet ./cmd/nodelet
 	CGO_ENABLED=0 $(GO) build -o bin/nodelet-shim ./cmd/nodelet-shim
 
-# run: a local control plane in .local/, one nodelet node (process provider),
-# a sample workload.
-run: build
+# run: a local control plane in .local/, one nodelet node, a sample
+# workload. With PROVIDER=cri, criup first runs the registry of make images
+# and a private containerd that mirrors registry.k8s.io and docker.io to it.
+ifeq ($(PROVIDER),cri)
+RUN_DEPS := bin/containerd bin/containerd-shim-runc-v2 cri-deps images bin/criup
+RUN_FLAGS = --container-runtime-endpoint $$(cat $(LOCAL)/cri-endpoint) --pod-logs-dir $(CURDIR)/$(LOCAL)/logs/pods
+endif
+
+.PHONY: bin/criup
+bin/criup:
+	$(GO) build -o bin/criup ./hack/criup
+
+run: build $(RUN_DEPS)
 	@mkdir -p $(LOCAL)
 	@if [ -f $(LOCAL)/controlplane.pid ] && kill -0 $$(cat $(LOCAL)/controlplane.pid) 2>/dev/null; then \
 		echo "control plane already running"; \
 	else \
 		nohup bin/controlplane up --dir $(LOCAL)/controlplane > $(LOCAL)/controlplane.log 2>&1 & echo $$! > $(LOCAL)/controlplane.pid; \
+	fi
+	@if [ "$(PROVIDER)" = cri ]; then \
+		if [ -f $(LOCAL)/criup.pid ] && kill -0 $$(cat $(LOCAL)/criup.pid) 2>/dev/null; then \
+			echo "containerd already running"; \
+		else \
+			rm -f $(LOCAL)/cri-endpoint; \
+			nohup bin/criup --images $(IMAGES_DIR) --registry bin/images --endpoint-file $(LOCAL)/cri-endpoint > $(LOCAL)/criup.log 2>&1 & echo $$! > $(LOCAL)/criup.pid; \
+		fi; \
+		for i in $$(seq 1 120); do [ -s $(LOCAL)/cri-endpoint ] && break; sleep 1; done; \
+		[ -s $(LOCAL)/cri-endpoint ] || { echo "containerd not ready; see $(LOCAL)/criup.log"; exit 1; }; \
 	fi
 	@for i in $$(seq 1 180); do [ -f $(LOCAL)/controlplane/ready ] && break; sleep 1; done; \
 		[ -f $(LOCAL)/controlplane/ready ] || { echo "control plane not ready; see $(LOCAL)/controlplane.log"; exit 1; }
@@ -125,21 +146,25 @@ run: build
 	else \
 		nohup bin/nodelet --kubeconfig $(KUBECONFIG_LOCAL) --node-name $(NODE_NAME) --provider $(PROVIDER) \
 			--root-dir $(CURDIR)/$(LOCAL)/nodelet --client-ca-file $(LOCAL)/controlplane/pki/ca.crt \
-			--node-labels nodelet.io/sample=true > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
+			--node-labels nodelet.io/sample=true $(RUN_FLAGS) > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
 	fi
 	@for i in $$(seq 1 60); do $(KUBECTL) get node $(NODE_NAME) >/dev/null 2>&1 && break; sleep 1; done
 	$(KUBECTL) wait --for=condition=Ready node/$(NODE_NAME) --timeout=60s
 	$(KUBECTL) apply -f deploy/sample-deployment.yaml
 	$(KUBECTL) rollout status deployment/sample --timeout=120s
 	@echo
-	@echo "nodelet node $(NODE_NAME) is running the sample Deployment. Look at it with:"
+	@echo "nodelet node $(NODE_NAME) ($(PROVIDER) provider) is running the sample Deployment. Look at it with:"
 	@echo "  $(KUBECTL) get nodes,pods -o wide"
 	@echo "  $(KUBECTL) logs deployment/sample"
 	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/. Stop with: make stop"
 
 stop:
-	@for p in nodelet controlplane; do \
-		if [ -f $(LOCAL)/$$p.pid ]; then kill $$(cat $(LOCAL)/$$p.pid) 2>/dev/null || true; rm -f $(LOCAL)/$$p.pid; fi; \
+	@for p in nodelet criup controlplane; do \
+		if [ -f $(LOCAL)/$$p.pid ]; then \
+			pid=$$(cat $(LOCAL)/$$p.pid); kill $$pid 2>/dev/null || true; \
+			for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
+			rm -f $(LOCAL)/$$p.pid; \
+		fi; \
 	done
 	@for i in $$(seq 1 30); do [ -f $(LOCAL)/controlplane/ready ] || break; sleep 1; done
 

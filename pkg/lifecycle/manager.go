@@ -156,7 +156,7 @@ func New(parts Parts, opts Options) (*Manager, error) {
 	}
 	parts.Runtime.OnExit(m.containerExited)
 	if parts.CSI != nil {
-		parts.CSI.OnChange(m.nodeStatusChanged)
+		parts.CSI.OnChange(m.NodeStatusChanged)
 	}
 	return m, nil
 }
@@ -453,8 +453,10 @@ func (m *Manager) NotifyNodeStatus(ctx context.Context, notify func()) {
 	})
 }
 
-// nodeStatusChanged asks the node loop to report the node's status.
-func (m *Manager) nodeStatusChanged() {
+// NodeStatusChanged asks the node loop to report the node's status now:
+// the CSI volumes in use, or what the provider reports of its runtime,
+// changed.
+func (m *Manager) NodeStatusChanged() {
 	m.mu.Lock()
 	notify := m.nodeNotify
 	m.mu.Unlock()

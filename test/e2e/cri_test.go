@@ -122,6 +122,11 @@ spec:
 			t.Errorf("pod %s hostIP %s, want the node's %s", p.Name, p.Status.HostIP, hostIP(t))
 		}
 	}
+	// The node reports the runtime and the images it has.
+	eventually(t, time.Minute, "runtime version and images in node status", func() (bool, string) {
+		out, _ := kubectlErr("get", "node", node, "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion} {.status.images[*].names}")
+		return strings.HasPrefix(out, "containerd://") && strings.Contains(out, "agnhost"), out
+	})
 	// One pod reaches another's HTTP port by its pod IP.
 	from, to := pods.Items[0], pods.Items[1]
 	out := kubectl(t, "exec", "-n", ns, from.Name, "--", "/agnhost", "connect", net.JoinHostPort(to.Status.PodIP, "8080"), "--timeout=5s")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -214,11 +215,12 @@ func (p *Provider) Ping(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("container runtime reports no %s condition", want))
 		}
 	}
-	if len(errs) == 0 && p.runtimeVersion() == "" {
+	if p.runtimeVersion() == "" {
 		if v, err := rs.Version(ctx, ""); err == nil {
 			p.mu.Lock()
 			p.version = v.RuntimeName + "://" + v.RuntimeVersion
 			p.mu.Unlock()
+			p.NodeStatusChanged()
 		}
 	}
 	return errors.Join(errs...)
@@ -252,7 +254,7 @@ const maxNodeImages = 50
 
 // imageListPeriod is how often the runtime's images are listed for the
 // node's status.
-const imageListPeriod = 30 * time.Second
+const imageListPeriod = 10 * time.Second
 
 // listImages keeps the node's image list, largest first, current.
 func (p *Provider) listImages(ctx context.Context) {
@@ -272,8 +274,12 @@ func (p *Provider) listImages(ctx context.Context) {
 					images = append(images, corev1.ContainerImage{Names: names, SizeBytes: int64(img.Size)})
 				}
 				p.mu.Lock()
+				changed := !equality.Semantic.DeepEqual(p.images, images)
 				p.images = images
 				p.mu.Unlock()
+				if changed {
+					p.NodeStatusChanged()
+				}
 			}
 		}
 		select {

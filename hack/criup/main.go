@@ -1,0 +1,98 @@
+// Command criup runs what the cri provider needs on this machine for
+// `make run PROVIDER=cri`: the image registry of `make images` on loopback
+// and a private containerd (package crienv: its own root, state, sockets,
+// CNI bridge and subnet) that mirrors registry.k8s.io and docker.io to it.
+// It writes the containerd endpoint to --endpoint-file once both serve,
+// and on SIGINT or SIGTERM stops containerd (removing its pods, network
+// and files) and the registry.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodelet/nodelet/pkg/atomicfile"
+	"github.com/nodelet/nodelet/test/crienv"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "criup:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	images := flag.String("images", ".local/images", "the images directory of make images")
+	registryBin := flag.String("registry", "bin/images", "the registry binary")
+	endpointFile := flag.String("endpoint-file", "", "where to write containerd's CRI endpoint once it serves (required)")
+	flag.Parse()
+	if *endpointFile == "" {
+		return errors.New("--endpoint-file is required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := os.MkdirTemp("", "nodelet-criup-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ready := filepath.Join(dir, "registry-addr")
+	reg := exec.Command(*registryBin, "serve", "--dir", *images, "--listen", "127.0.0.1:0", "--ready-file", ready)
+	reg.Stdout, reg.Stderr = os.Stderr, os.Stderr
+	if err := reg.Start(); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	defer func() {
+		_ = reg.Process.Signal(syscall.SIGTERM)
+		_ = reg.Wait()
+	}()
+	addr, err := waitFile(ctx, ready, time.Minute)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	env, err := crienv.Start(ctx, crienv.Options{Mirror: "http://" + addr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "criup: stop containerd:", err)
+		}
+		os.Remove(*endpointFile)
+	}()
+	if err := atomicfile.Write(*endpointFile, []byte(env.Endpoint()+"\n"), atomicfile.Options{Perm: 0o644}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "criup: containerd at %s (log %s), registry at %s\n", env.Endpoint(), env.LogPath(), addr)
+	<-ctx.Done()
+	return nil
+}
+
+// waitFile waits until path holds a line and returns it.
+func waitFile(ctx context.Context, path string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if data, err := os.ReadFile(path); err == nil && len(data) > 0 {
+			return strings.TrimSpace(string(data)), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%s not written within %s", path, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
