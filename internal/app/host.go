@@ -90,7 +90,12 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 			Endpoint: cfg.ContainerRuntimeEndpoint, RequestTimeout: cfg.RuntimeRequestTimeout.Duration,
 			ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: cfg.ResolvConf,
 			PodLogsDir: cfg.PodLogsDir, ContainerLogsDir: filepath.Join(filepath.Dir(cfg.PodLogsDir), "containers"),
-			RuntimeHandler: runtimeHandlers(cluster),
+			RuntimeHandler:       runtimeHandlers(cluster),
+			ImageGCHighPercent:   int(cfg.ImageGCHighThresholdPercent),
+			ImageGCLowPercent:    int(cfg.ImageGCLowThresholdPercent),
+			ImageMinimumGCAge:    cfg.ImageMinimumGCAge.Duration,
+			ContainerLogMaxSize:  cfg.ContainerLogMaxSize.Value(),
+			ContainerLogMaxFiles: int(cfg.ContainerLogMaxFiles),
 		})
 	default:
 		var sandboxes *sandbox.Manager

@@ -135,6 +135,14 @@ type Config struct {
 	// from the directory "containers" beside it.
 	PodLogsDir string `json:"podLogsDir,omitempty"`
 
+	// ImageGCHighThresholdPercent is the image filesystem usage at which
+	// the cri provider removes unused images, down to
+	// ImageGCLowThresholdPercent; images younger than ImageMinimumGCAge are
+	// kept.
+	ImageGCHighThresholdPercent int32           `json:"imageGCHighThresholdPercent,omitempty"`
+	ImageGCLowThresholdPercent  int32           `json:"imageGCLowThresholdPercent,omitempty"`
+	ImageMinimumGCAge           metav1.Duration `json:"imageMinimumGCAge,omitempty"`
+
 	// ConfigTrialDuration is how long a newly assigned remote config is on
 	// trial: if it fails to load or the agent fails to become healthy
 	// within it, nodelet rolls back to the last-known-good config; once it
@@ -355,6 +363,13 @@ func SetDefaults(c *Config) {
 	if c.PodLogsDir == "" {
 		c.PodLogsDir = "/var/log/pods"
 	}
+	if c.ImageGCHighThresholdPercent == 0 {
+		c.ImageGCHighThresholdPercent = 85
+	}
+	if c.ImageGCLowThresholdPercent == 0 {
+		c.ImageGCLowThresholdPercent = 80
+	}
+	setDuration(&c.ImageMinimumGCAge, 2*time.Minute)
 	if c.ContainerLogMaxSize.IsZero() {
 		c.ContainerLogMaxSize = resource.MustParse("10Mi")
 	}
@@ -464,6 +479,12 @@ func (c *Config) Validate() field.ErrorList {
 		if net.ParseIP(ip) == nil {
 			errs = append(errs, field.Invalid(field.NewPath("clusterDNS").Index(i), ip, "must be an IP address"))
 		}
+	}
+	if c.ImageGCHighThresholdPercent < 0 || c.ImageGCHighThresholdPercent > 100 {
+		errs = append(errs, field.Invalid(field.NewPath("imageGCHighThresholdPercent"), c.ImageGCHighThresholdPercent, "must be between 0 and 100"))
+	}
+	if c.ImageGCLowThresholdPercent < 0 || c.ImageGCLowThresholdPercent >= c.ImageGCHighThresholdPercent {
+		errs = append(errs, field.Invalid(field.NewPath("imageGCLowThresholdPercent"), c.ImageGCLowThresholdPercent, "must be at least 0 and less than imageGCHighThresholdPercent"))
 	}
 	if !filepath.IsAbs(c.PodLogsDir) {
 		errs = append(errs, field.Invalid(field.NewPath("podLogsDir"), c.PodLogsDir, "must be an absolute path"))

@@ -275,3 +275,39 @@ spec:
 		t.Errorf("the container's log through its deletion: %q, want the preStop hook's line, then TERM", logs.String())
 	}
 }
+
+func TestCRILogRotation(t *testing.T) {
+	node := uniqueName(t)
+	const maxSize, maxFiles = 4096, 3
+	cfg := writeFile(t, "nodelet.yaml", fmt.Sprintf(`apiVersion: nodelet.io/v1alpha1
+kind: NodeletConfiguration
+containerLogMaxSize: "%d"
+containerLogMaxFiles: %d
+`, maxSize, maxFiles))
+	c := startCRINodelet(t, node, "--config", cfg)
+	ns := criNamespace(t)
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.01; done"]
+`, node, busyboxImage))
+	waitPodPhase(t, ns, "chatty", "Running", 3*time.Minute)
+	pod := getPod(t, ns, "chatty")
+	dir := filepath.Join(c.logsDir, ns+"_chatty_"+string(pod.UID), "main")
+	eventually(t, time.Minute, "the log rotated, keeping "+fmt.Sprint(maxFiles-1)+" old files", func() (bool, string) {
+		files, _ := filepath.Glob(filepath.Join(dir, "0.log*"))
+		return len(files) == maxFiles, fmt.Sprint(files)
+	})
+	// kubectl logs reads the current file, which the runtime writes again.
+	eventually(t, 30*time.Second, "logs after a rotation", func() (bool, string) {
+		out, _ := kubectlErr("logs", "-n", ns, "chatty", "--tail=1")
+		return strings.HasPrefix(out, "line "), out
+	})
+}

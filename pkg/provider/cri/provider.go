@@ -60,6 +60,15 @@ type Options struct {
 	// ContainerLogsDir (default /var/log/containers) links to them.
 	PodLogsDir       string
 	ContainerLogsDir string
+	// ImageGCHighPercent and ImageGCLowPercent (default 85 and 80) and
+	// ImageMinimumGCAge (default 2 min) drive the image garbage collection.
+	ImageGCHighPercent int
+	ImageGCLowPercent  int
+	ImageMinimumGCAge  time.Duration
+	// ContainerLogMaxSize and ContainerLogMaxFiles rotate the containers'
+	// logs; default 10 MiB and 5.
+	ContainerLogMaxSize  int64
+	ContainerLogMaxFiles int
 	// RuntimeHandler resolves a RuntimeClass to its handler; nil refuses
 	// every pod that names one.
 	RuntimeHandler func(runtimeClass string) (string, error)
@@ -102,6 +111,18 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.ImageGCHighPercent == 0 {
+		opts.ImageGCHighPercent, opts.ImageGCLowPercent = 85, 80
+	}
+	if opts.ImageMinimumGCAge == 0 {
+		opts.ImageMinimumGCAge = 2 * time.Minute
+	}
+	if opts.ContainerLogMaxSize <= 0 {
+		opts.ContainerLogMaxSize = 10 << 20
+	}
+	if opts.ContainerLogMaxFiles < 2 {
+		opts.ContainerLogMaxFiles = 5
 	}
 	if opts.RuntimeHandler == nil {
 		opts.RuntimeHandler = func(name string) (string, error) {
@@ -160,6 +181,8 @@ func (p *Provider) Run(ctx context.Context) error {
 	wg.Go(func() { p.runtime.run(ctx) })
 	wg.Go(func() { p.runtime.watchEvents(ctx) })
 	wg.Go(func() { p.listImages(ctx) })
+	wg.Go(func() { p.collectImages(ctx) })
+	wg.Go(func() { p.runtime.rotateLogs(ctx, p.opts.ContainerLogMaxSize, p.opts.ContainerLogMaxFiles) })
 	var err error
 	if p.waitForRuntime(ctx) {
 		err = p.Manager.Run(ctx)
@@ -286,6 +309,30 @@ func (p *Provider) listImages(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.opts.Clock.After(imageListPeriod):
+		}
+	}
+}
+
+// imageGCPeriod is how often the image filesystem is looked at, as the
+// kubelet's.
+const imageGCPeriod = 5 * time.Minute
+
+// collectImages removes unused images whenever the image filesystem is
+// too full.
+func (p *Provider) collectImages(ctx context.Context) {
+	gc := newImageGC(p.opts.Clock, p.opts.ImageGCHighPercent, p.opts.ImageGCLowPercent, p.opts.ImageMinimumGCAge)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.opts.Clock.After(imageGCPeriod):
+		}
+		rs, is, err := p.runtime.conn.services(ctx)
+		if err != nil {
+			continue
+		}
+		if _, err := gc.collect(ctx, rs, is); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "Image garbage collection failed")
 		}
 	}
 }

@@ -1,0 +1,79 @@
+package cri
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	criapitesting "k8s.io/cri-api/pkg/apis/testing"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestImageGC(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	is := criapitesting.NewFakeImageService()
+	is.SetFakeImageSize(100)
+	is.SetFakeImages([]string{"old", "newer", "used", "pinned", "young"})
+	is.SetFakeImagePinned("pinned", true)
+	is.SetFakeFilesystemUsage([]*runtimeapi.FilesystemUsage{{FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: "/images"}}})
+	rs := criapitesting.NewFakeRuntimeService()
+	rs.SetFakeContainers([]*criapitesting.FakeContainer{{ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c1", ImageRef: "used", Image: &runtimeapi.ImageSpec{Image: "used"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+
+	gc := newImageGC(clk, 85, 80, 2*time.Minute)
+	free := uint64(50)
+	gc.capacity = func(string) (uint64, uint64, error) { return 1000, free, nil }
+	remaining := func() []string {
+		var ids []string
+		list, _ := is.ListImages(ctx, nil)
+		for _, img := range list {
+			ids = append(ids, img.Id)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+
+	// Seen for the first time: too young to go, even at 95%.
+	if _, err := gc.collect(ctx, rs, is); err == nil {
+		t.Error("nothing could be freed, but no error")
+	}
+	if got := remaining(); len(got) != 5 {
+		t.Fatalf("images removed before their minimum age: %v left", got)
+	}
+	// "old" was last used longer ago than "newer".
+	rs.SetFakeContainers([]*criapitesting.FakeContainer{{ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c2", ImageRef: "newer", Image: &runtimeapi.ImageSpec{Image: "newer"}, State: runtimeapi.ContainerState_CONTAINER_EXITED}},
+		{ContainerStatus: runtimeapi.ContainerStatus{Id: "c1", ImageRef: "used", Image: &runtimeapi.ImageSpec{Image: "used"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	clk.Step(time.Minute)
+	is.SetFakeImages(nil)
+	is.SetFakeImages([]string{"old", "newer", "used", "pinned", "young"})
+	free = 900 // 10%: below the high threshold, nothing happens
+	if freed, err := gc.collect(ctx, rs, is); err != nil || freed != 0 {
+		t.Fatalf("below the high threshold: freed %d, %v", freed, err)
+	}
+	rs.SetFakeContainers([]*criapitesting.FakeContainer{{ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c1", ImageRef: "used", Image: &runtimeapi.ImageSpec{Image: "used"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	clk.Step(2 * time.Minute)
+	gc.firstSeen["young"] = clk.Now()
+	// At 86%, 60 bytes must go to reach 80%: one image of 100, the least
+	// recently used ("old" never was).
+	free = 140
+	freed, err := gc.collect(ctx, rs, is)
+	if err != nil || freed != 100 {
+		t.Fatalf("freed %d, %v; want 100", freed, err)
+	}
+	if got, want := remaining(), []string{"newer", "pinned", "used", "young"}; !slices.Equal(got, want) {
+		t.Errorf("left %v, want %v", got, want)
+	}
+	// Still full: "newer" goes; in use, pinned and young ones never do.
+	free = 50
+	if _, err := gc.collect(ctx, rs, is); err == nil {
+		t.Error("could not free enough, but no error")
+	}
+	if got, want := remaining(), []string{"pinned", "used", "young"}; !slices.Equal(got, want) {
+		t.Errorf("left %v, want %v", got, want)
+	}
+}
