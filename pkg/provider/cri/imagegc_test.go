@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	criapitesting "k8s.io/cri-api/pkg/apis/testing"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	criapitesting "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
