@@ -6,6 +6,7 @@ require (
 	github.com/container-storage-interface/spec v1.13.0
 	github.com/google/go-cmp v0.7.0
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0
+	github.com/moby/sys/mountinfo v0.7.3
 	github.com/prometheus/client_golang v1.23.2
 	github.com/spf13/pflag v1.0.9
 	k8s.io/api v0.36.3

@@ -1,15 +1,14 @@
 // Package mountinfo reads the mount table of the calling process's mount
-// namespace (/proc/self/mountinfo), for the parts of the process provider
-// that must know what is mounted before they unmount or remove a directory.
+// namespace (/proc/self/mountinfo, parsed by github.com/moby/sys/mountinfo)
+// for the parts of the agent that must know what is mounted before they
+// unmount or remove a directory.
 package mountinfo
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	mobymountinfo "github.com/moby/sys/mountinfo"
 )
 
 // Mount is one mount of the table.
@@ -24,62 +23,35 @@ type Mount struct {
 // order they were mounted: a later mount at a point lies on top of an
 // earlier one.
 func Read() ([]Mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
-	}
-	defer f.Close()
-	var out []Mount
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// Fields: ID, parent ID, major:minor, root, mount point, mount
-		// options, optional fields..., "-", type, source, super options.
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 5 {
-			out = append(out, Mount{Point: Unescape(fields[4]), Options: fields[5]})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mount table: %w", err)
-	}
-	return out, nil
-}
-
-// Unescape undoes the octal escapes of paths in the mount table (\040 for
-// a space, \011 for a tab, \012 for a newline, \134 for a backslash).
-func Unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return read(nil)
 }
 
 // Under lists the mount points of the calling process's mount namespace
 // strictly below dir. A pod's directory holds its volumes: removing it while
 // one is still mounted would delete the volume's data.
 func Under(dir string) ([]string, error) {
-	mounts, err := Read()
+	dir = filepath.Clean(dir)
+	mounts, err := read(mobymountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil, err
 	}
-	prefix := filepath.Clean(dir) + string(filepath.Separator)
 	var out []string
 	for _, m := range mounts {
-		if strings.HasPrefix(m.Point, prefix) {
+		if m.Point != dir {
 			out = append(out, m.Point)
 		}
+	}
+	return out, nil
+}
+
+func read(filter mobymountinfo.FilterFunc) ([]Mount, error) {
+	infos, err := mobymountinfo.GetMounts(filter)
+	if err != nil {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
+	out := make([]Mount, 0, len(infos))
+	for _, i := range infos {
+		out = append(out, Mount{Point: i.Mountpoint, Options: i.Options})
 	}
 	return out, nil
 }

@@ -1,24 +1,14 @@
 package mountinfo
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
-)
 
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{
-		`/plain`:             "/plain",
-		`/with\040space`:     "/with space",
-		`/back\134slash`:     `/back\slash`,
-		`/short\04`:          `/short\04`,
-		`/not\999octal\011x`: "/not\\999octal\tx",
-	} {
-		if got := Unescape(in); got != want {
-			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
+	"golang.org/x/sys/unix"
+)
 
 func TestReadFindsTheRoot(t *testing.T) {
 	if runtime.GOOS != "linux" {
@@ -30,5 +20,60 @@ func TestReadFindsTheRoot(t *testing.T) {
 	}
 	if !slices.ContainsFunc(mounts, func(m Mount) bool { return m.Point == "/" && m.Options != "" }) {
 		t.Errorf("no mount at / with options among %d mounts", len(mounts))
+	}
+}
+
+func TestUnderListsOnlyMountsBelow(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the mount table is Linux's")
+	}
+	below, err := Under("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(below, "/") {
+		t.Errorf("Under(/) lists / itself: %v", below)
+	}
+	all, err := Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := 0
+	for _, m := range all {
+		if m.Point != "/" {
+			others++
+		}
+	}
+	if len(below) != others {
+		t.Errorf("Under(/) lists %d mounts, the table has %d below /", len(below), others)
+	}
+	for _, p := range below {
+		if len(p) < 2 || p[0] != '/' {
+			t.Errorf("Under(/) lists %q", p)
+		}
+	}
+}
+
+func TestUnderADirectory(t *testing.T) {
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root on Linux")
+	}
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "a b") // escaped in the table
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(sub, 0)
+	if got, err := Under(dir); err != nil || !slices.Equal(got, []string{sub}) {
+		t.Errorf("Under(%s) = %v, %v; want [%s]", dir, got, err, sub)
+	}
+	if got, err := Under(sub); err != nil || len(got) != 0 {
+		t.Errorf("Under(%s) = %v, %v; want nothing: the mount is at it, not below", sub, got, err)
+	}
+	if got, err := Under(dir + "/a"); err != nil || len(got) != 0 {
+		t.Errorf("Under(%s/a) = %v, %v; want nothing", dir, got, err)
 	}
 }
