@@ -47,6 +47,9 @@ type criResult struct {
 	Agent string `json:"agent"`
 	Node  string `json:"node"`
 	Pods  int    `json:"pods"`
+	// The agent's command line (the kubelet's configuration file is
+	// beside its log).
+	Args []string `json:"args"`
 	// From the agent's start until its Node is Ready without taints.
 	NodeReadySeconds float64 `json:"nodeReadySeconds"`
 	// Each pod from the moment a watch first sees it to Running and Ready,
@@ -181,6 +184,7 @@ func measureCRIAgent(ctx context.Context, o options, co criOptions, cp *controlP
 		return r, err
 	}
 
+	r.Args = args
 	logf("%s: starting on %s", agent, env.Endpoint())
 	start := time.Now()
 	proc, err := startAgent(cp.dir, agent, args)
@@ -241,9 +245,9 @@ func measureCRIAgent(ctx context.Context, o options, co criOptions, cp *controlP
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r.StartMachineCPUSeconds = machineCPU() - machine0
-	r.StartAgentCPUSeconds = procCPU(pid) - agent0
-	r.StartRuntimeCPUSeconds = runtimeCPU(env.Dir()).since(runtime0)
+	r.StartMachineCPUSeconds = round2(machineCPU() - machine0)
+	r.StartAgentCPUSeconds = round2(procCPU(pid) - agent0)
+	r.StartRuntimeCPUSeconds = round2(runtimeCPU(env.Dir()).since(runtime0))
 	requests, err := cl.requestsByKind(ctx)
 	if err != nil {
 		return r, err
@@ -263,8 +267,8 @@ func measureCRIAgent(ctx context.Context, o options, co criOptions, cp *controlP
 	agent0, runtime0 = procCPU(pid), runtimeCPU(env.Dir())
 	time.Sleep(co.idle)
 	r.IdleSeconds = co.idle.Seconds()
-	r.IdleAgentCores = (procCPU(pid) - agent0) / co.idle.Seconds()
-	r.IdleRuntimeCores = runtimeCPU(env.Dir()).since(runtime0) / co.idle.Seconds()
+	r.IdleAgentCores = round2((procCPU(pid)-agent0)/co.idle.Seconds()*10) / 10
+	r.IdleRuntimeCores = round2(runtimeCPU(env.Dir()).since(runtime0)/co.idle.Seconds()*10) / 10
 	r.IdleAgentRSSMiB = procRSS(pid)
 	logf("%s: idle %s: agent %.3f cores, RSS %.0f MiB; runtime %.3f cores", agent, co.idle, r.IdleAgentCores, r.IdleAgentRSSMiB, r.IdleRuntimeCores)
 
@@ -280,6 +284,7 @@ func measureCRIAgent(ctx context.Context, o options, co criOptions, cp *controlP
 	}
 	r.DeleteToGone = time.Since(deleted).Seconds()
 	r.AgentCPUSeconds, r.AgentPeakRSSMiB = proc.usage()
+	r.AgentCPUSeconds = round2(r.AgentCPUSeconds)
 	logf("%s: all pods gone %.2fs after the deletion; agent %.1f CPU s, peak RSS %.0f MiB", agent, r.DeleteToGone, r.AgentCPUSeconds, r.AgentPeakRSSMiB)
 
 	// The kubelet removes the sandboxes of deleted pods in its garbage
@@ -302,6 +307,10 @@ func measureCRIAgent(ctx context.Context, o options, co criOptions, cp *controlP
 	stopped = true
 	return r, nil
 }
+
+// round2 rounds CPU figures, which /proc gives in hundredths of a second,
+// to hundredths.
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
 
 // watchFirstSeen records when the watch first sees each pod (creation
 // timestamps have whole seconds only), and the pods' UIDs, under cl.mu.

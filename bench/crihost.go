@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/pkg/mountinfo"
 	"github.com/nodelet/nodelet/test/crienv"
 )
 
@@ -319,11 +321,22 @@ func newHostState() (*hostState, error) {
 }
 
 // restore puts back what the agent changed, once it has stopped and the
-// runtime is empty: kernel settings; the cgroups of the pods with these
-// UIDs, counting the pods that had some left, and the parents that were not
-// there before; the kubelet's log links into dir.
+// runtime is empty: the mounts under dir (the kubelet bind-mounts its root
+// directory on itself, shared); kernel settings; the cgroups of the pods with
+// these UIDs, counting the pods that had some left, and the parents that were
+// not there before; the kubelet's log links into dir.
 func (h *hostState) restore(agent, dir string, uids map[string]bool) (podCgroups int, err error) {
 	var errs []error
+	mounts, err := mountinfo.Under(dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	slices.Reverse(mounts) // the last mounted first
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
 	for s, was := range h.sysctls {
 		data, _ := os.ReadFile(filepath.Join("/proc/sys", s))
 		if now := strings.TrimSpace(string(data)); now != was {
@@ -333,7 +346,7 @@ func (h *hostState) restore(agent, dir string, uids map[string]bool) (podCgroups
 			}
 		}
 	}
-	left := map[string]bool{}
+	left, hierarchies, example := map[string]bool{}, map[string]bool{}, ""
 	for root, existed := range h.cgroupRoots {
 		dirs := cgroupDirs(root)
 		slices.Reverse(dirs) // deepest first
@@ -348,10 +361,11 @@ func (h *hostState) restore(agent, dir string, uids map[string]bool) (podCgroups
 			if (uid != "" && !uids[uid]) || (uid == "" && existed) {
 				continue // another run's pod, or there before the agent
 			}
-			if uid != "" && !left[uid] {
+			if uid != "" {
 				left[uid] = true
-				if len(left) <= 3 {
-					logf("%s: pod cgroup left: %s", agent, d)
+				hierarchies[filepath.Base(filepath.Dir(root))] = true
+				if example == "" {
+					example = d
 				}
 			}
 			err := syscall.Rmdir(d)
@@ -362,6 +376,9 @@ func (h *hostState) restore(agent, dir string, uids map[string]bool) (podCgroups
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 			}
 		}
+	}
+	if len(left) > 0 {
+		logf("%s: cgroups of %d pods left in %v, such as %s", agent, len(left), slices.Sorted(maps.Keys(hierarchies)), example)
 	}
 	links, _ := os.ReadDir(legacyLogLinks)
 	for _, l := range links {
