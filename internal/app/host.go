@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
@@ -81,12 +82,15 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		Recorder: recorder,
 		CSI:      mounter,
 	}
+	host := hostnode.Options{
+		NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
+		Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
+	}
 	var p hostProvider
 	switch cfg.Provider {
 	case config.ProviderCRI:
 		p, err = cri.New(parts, cri.Options{
-			NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
-			Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
+			Options:  host,
 			Endpoint: cfg.ContainerRuntimeEndpoint, RequestTimeout: cfg.RuntimeRequestTimeout.Duration,
 			ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: cfg.ResolvConf,
 			PodLogsDir: cfg.PodLogsDir, ContainerLogsDir: filepath.Join(filepath.Dir(cfg.PodLogsDir), "containers"),
@@ -108,10 +112,7 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		if err != nil {
 			return nil, nil, fmt.Errorf("process runtime: %w", err)
 		}
-		p, err = process.New(sandboxes, parts, process.Options{
-			NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
-			Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
-		})
+		p, err = process.New(sandboxes, parts, process.Options{Options: host})
 	}
 	if err != nil {
 		return nil, nil, err

@@ -30,23 +30,11 @@ var (
 // DefaultEndpoint is containerd's CRI socket.
 const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
 
-// Options configure the CRI provider of one node. NodeName, Address and
-// RootDir are required.
+// Options configure the CRI provider of one node: the node (NodeName,
+// Address and RootDir are required; RootDir also holds the pods' state,
+// volumes, /etc/hosts files and termination messages) and its runtime.
 type Options struct {
-	NodeName string
-	// Address is the node's InternalIP: every pod's hostIP.
-	Address string
-	// Port is the kubelet API port published in daemonEndpoints.
-	Port int32
-	// RootDir holds the pods' state, volumes, /etc/hosts files and
-	// termination messages.
-	RootDir string
-	// Reserved is taken from the host's capacity to give allocatable.
-	Reserved corev1.ResourceList
-	// MaxPods is the node's pod capacity; default 110.
-	MaxPods int64
-	// Version is the kubelet version in nodeInfo.
-	Version string
+	hostnode.Options
 	// Endpoint is the runtime's CRI socket; default DefaultEndpoint.
 	Endpoint string
 	// RequestTimeout bounds each runtime call but pulls; default 2 min.
@@ -135,10 +123,7 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 	if parts.Env == nil {
 		return nil, errors.New("cri provider: env is required")
 	}
-	host := hostnode.New(hostnode.Options{
-		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
-		Port: opts.Port, Reserved: opts.Reserved, MaxPods: opts.MaxPods, Version: opts.Version,
-	})
+	host := hostnode.New(opts.Options)
 	var memory int64
 	if q, ok := host.Capacity()[corev1.ResourceMemory]; ok {
 		memory = q.Value()

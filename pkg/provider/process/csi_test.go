@@ -31,6 +31,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/attachdetach"
 	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
@@ -292,7 +293,7 @@ func (e *csiEnv) start() {
 	p, err := New(rt, lifecycle.Parts{
 		Volumes: hostvolume.NewManager(e.client, hostvolume.Options{RootDir: e.root}),
 		Env:     env.NewGetter(e.client), Recorder: e.recorder, CSI: m,
-	}, Options{NodeName: csiNodeName, Address: "127.0.0.1", RootDir: e.root})
+	}, Options{Options: hostnode.Options{NodeName: csiNodeName, Address: "127.0.0.1", RootDir: e.root}})
 	if err != nil {
 		t.Fatal(err)
 	}

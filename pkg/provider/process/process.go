@@ -30,24 +30,11 @@ var (
 	_ provider.NodeProvider        = (*Provider)(nil)
 )
 
-// Options configure the process provider of one node. NodeName, Address
-// and RootDir are required.
+// Options configure the process provider of one node: the node
+// (NodeName, Address and RootDir are required; the Address is also every
+// pod's IP, as pods use the host's network) and how its pods run.
 type Options struct {
-	NodeName string
-	// Address is the node's InternalIP, which is also every pod's IP: pods
-	// use the host's network.
-	Address string
-	// Port is the kubelet API port published in daemonEndpoints.
-	Port int32
-	// RootDir holds the pods' state, sandboxes, volumes and logs.
-	RootDir string
-	// Reserved is taken from the host's capacity to give allocatable
-	// (the kubelet's systemReserved plus kubeReserved).
-	Reserved corev1.ResourceList
-	// MaxPods is the node's pod capacity; default 110.
-	MaxPods int64
-	// Version is the kubelet version in nodeInfo.
-	Version string
+	hostnode.Options
 	// Clock drives back-off, deadlines and probes; default the real clock.
 	Clock clock.WithTicker
 	// CleanUpPeriod is how often leftovers of pods that are gone are
@@ -69,10 +56,7 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 	if sandboxes == nil {
 		return nil, errors.New("process provider: the sandbox manager is required")
 	}
-	host := hostnode.New(hostnode.Options{
-		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
-		Port: opts.Port, Reserved: opts.Reserved, MaxPods: opts.MaxPods, Version: opts.Version,
-	})
+	host := hostnode.New(opts.Options)
 	parts.Runtime = hostRuntime{sandboxes: sandboxes, address: opts.Address}
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
