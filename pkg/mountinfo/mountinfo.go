@@ -7,6 +7,7 @@ package mountinfo
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	mobymountinfo "github.com/moby/sys/mountinfo"
 )
@@ -38,6 +39,22 @@ func Under(dir string) ([]string, error) {
 	var out []string
 	for _, m := range mounts {
 		if m.Point != dir {
+			out = append(out, m.Point)
+		}
+	}
+	return out, nil
+}
+
+// CgroupHierarchies are the mount points of the cgroup v1 and v2
+// hierarchies, each once.
+func CgroupHierarchies() ([]string, error) {
+	mounts, err := read(mobymountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range mounts {
+		if !slices.Contains(out, m.Point) {
 			out = append(out, m.Point)
 		}
 	}

@@ -153,7 +153,13 @@ func startCRINodelet(t *testing.T, node string, extra ...string) *criAgent {
 	}
 	rootDir, logsDir := t.TempDir(), t.TempDir()
 	c := &criAgent{env: env, rootDir: rootDir, logsDir: filepath.Join(logsDir, "pods")}
-	t.Cleanup(func() { c.checkNoLeaks(t) })
+	uids := recordPodUIDs(t, node)
+	t.Cleanup(func() {
+		c.checkNoLeaks(t)
+		for _, dir := range leftoverCgroups(uids()) {
+			t.Errorf("cgroup left behind: %s", dir)
+		}
+	})
 	args := append([]string{"--provider", "cri", "--container-runtime-endpoint", env.Endpoint(),
 		"--root-dir", rootDir, "--pod-logs-dir", c.logsDir,
 		"--port", strconv.Itoa(freePort(t)), "--client-ca-file", ca, "--address", hostIP(t)}, extra...)

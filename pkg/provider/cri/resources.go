@@ -180,8 +180,6 @@ func isSidecar(pod *corev1.Pod, c *corev1.Container) bool {
 	return false
 }
 
-// podQOS is provider.QOSClass, by the name runtime.go calls it.
-var podQOS = provider.QOSClass
 
 // podLevelResourcesSet says whether the pod has pod-level requests or
 // limits of a resource the kubelet manages at pod level.

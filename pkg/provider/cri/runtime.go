@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/mountinfo"
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // relistPeriod is how often the runtime's sandboxes and containers are
@@ -291,15 +293,40 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 }
 
 // cgroupParent is the pod's cgroup under nodelet's, by QoS class, in the
-// cgroupfs driver's form.
+// cgroupfs driver's form. The runtime creates it with the pod's first
+// sandbox; RemoveSandbox removes it.
 func cgroupParent(pod *corev1.Pod) string {
-	switch podQOS(pod) {
+	return podCgroup(provider.QOSClass(pod), pod.UID)
+}
+
+func podCgroup(qos corev1.PodQOSClass, uid types.UID) string {
+	switch qos {
 	case corev1.PodQOSGuaranteed:
-		return "/nodelet/pod" + string(pod.UID)
+		return "/nodelet/pod" + string(uid)
 	case corev1.PodQOSBurstable:
-		return "/nodelet/burstable/pod" + string(pod.UID)
+		return "/nodelet/burstable/pod" + string(uid)
 	}
-	return "/nodelet/besteffort/pod" + string(pod.UID)
+	return "/nodelet/besteffort/pod" + string(uid)
+}
+
+// removePodCgroups removes the pod's cgroup (of whichever QoS class) from
+// every hierarchy: the runtime removes only the containers' and the
+// sandbox's below it. Once its containers are gone it is empty.
+func removePodCgroups(uid types.UID) error {
+	hierarchies, err := mountinfo.CgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range hierarchies {
+		for _, qos := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+			dir := filepath.Join(h, podCgroup(qos, uid))
+			if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove pod cgroup: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // RemoveSandbox stops and removes every sandbox of the pod with its
@@ -311,6 +338,9 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.sandboxes, uid)
 	r.mu.Unlock()
+	if err := removePodCgroups(uid); err != nil {
+		return err
+	}
 	logDirs, _ := filepath.Glob(filepath.Join(r.node.PodLogsDir, "*_"+string(uid)))
 	for _, d := range logDirs {
 		if err := os.RemoveAll(d); err != nil {
