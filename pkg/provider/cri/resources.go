@@ -180,7 +180,6 @@ func isSidecar(pod *corev1.Pod, c *corev1.Container) bool {
 	return false
 }
 
-
 // podLevelResourcesSet says whether the pod has pod-level requests or
 // limits of a resource the kubelet manages at pod level.
 func podLevelResourcesSet(pod *corev1.Pod) bool {
