@@ -209,4 +209,12 @@ func (c *criAgent) checkNoLeaks(t *testing.T) {
 			}
 		}
 	}
+	// The cri tests run one at a time on the shared containerd: once a
+	// test's pods are gone, no pod's veth is left on the bridge.
+	out, err := exec.Command("ip", "-o", "link", "show", "master", c.env.Bridge()).Output()
+	if err != nil {
+		t.Errorf("list the bridge's ports: %v", err)
+	} else if veths := strings.TrimSpace(string(out)); veths != "" {
+		t.Errorf("veths left on %s:\n%s", c.env.Bridge(), veths)
+	}
 }

@@ -406,3 +406,53 @@ func httpGet(url string) (string, error) {
 	}
 	return string(body), nil
 }
+
+func TestCRIHostNetworkSysctlsSeccomp(t *testing.T) {
+	node := uniqueName(t)
+	startCRINodelet(t, node)
+	ns := criNamespace(t)
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: hostnet
+spec:
+  nodeName: %[1]s
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: %[2]s
+    command: ["sleep", "3600"]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: tuned
+spec:
+  nodeName: %[1]s
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    sysctls:
+    - name: net.ipv4.ip_unprivileged_port_start
+      value: "1000"
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+  - name: c
+    image: %[2]s
+    command: ["sleep", "3600"]
+`, node, busyboxImage))
+	waitPodPhase(t, ns, "hostnet", "Running", 3*time.Minute)
+	waitPodPhase(t, ns, "tuned", "Running", 3*time.Minute)
+	if ip := getPod(t, ns, "hostnet").Status.PodIP; ip != hostIP(t) {
+		t.Errorf("hostNetwork pod IP %s, want the node's %s", ip, hostIP(t))
+	}
+	if out := kubectl(t, "exec", "-n", ns, "tuned", "--", "cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"); strings.TrimSpace(out) != "1000" {
+		t.Errorf("sysctl in the pod = %q, want 1000", out)
+	}
+	if out := kubectl(t, "exec", "-n", ns, "tuned", "--", "grep", "^Seccomp:", "/proc/self/status"); !strings.Contains(out, "2") {
+		t.Errorf("seccomp RuntimeDefault: %q, want filter mode 2", out)
+	}
+	if out := kubectl(t, "exec", "-n", ns, "hostnet", "--", "grep", "^Seccomp:", "/proc/self/status"); strings.Contains(out, "2") {
+		t.Errorf("seccomp without a profile: %q, want none (Unconfined is the default)", out)
+	}
+}
