@@ -81,8 +81,8 @@ IMAGES_GOFLAGS := -trimpath -ldflags "-s -w"
 .PHONY: images images-test
 images: $(IMAGES_DIR)/index.json
 
-$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause $(BUSYBOX)
-	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause
+$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause bin/nnp $(BUSYBOX)
+	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause --nnp bin/nnp
 
 bin/images: $(filter-out %_test.go,$(wildcard hack/images/*.go)) hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/images .
@@ -92,6 +92,9 @@ bin/pause: $(wildcard hack/images/pause/*.go) hack/images/go.mod
 
 bin/agnhost: hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/agnhost k8s.io/kubernetes/test/images/agnhost
+
+bin/nnp: hack/images/go.mod hack/images/go.sum
+	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/nnp k8s.io/kubernetes/test/images/nonewprivs
 
 $(BUSYBOX):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends busybox-static || \
@@ -103,6 +106,39 @@ images-test: $(BUSYBOX)
 
 test e2e: images
 test: images-test
+
+# Kubernetes' own end-to-end tests: e2e.test, the ginkgo runner it was built
+# with and kube-proxy, from k8s.io/kubernetes $(K8S_VERSION) in hack/e2e
+# (its own module; the test binary's test-only dependencies need
+# -mod=mod). CoreDNS comes from hack/coredns.
+E2E_GOFLAGS := GOFLAGS=-mod=mod
+bin/e2e.test: hack/e2e/go.mod hack/e2e/go.sum
+	cd hack/e2e && $(E2E_GOFLAGS) $(GO) test -c -o ../../bin/e2e.test -ldflags "$(CONTROLPLANE_LDFLAGS)" k8s.io/kubernetes/test/e2e
+
+bin/ginkgo: hack/e2e/go.mod hack/e2e/go.sum
+	cd hack/e2e && $(E2E_GOFLAGS) $(GO) build -o ../../bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+
+bin/kube-proxy: hack/e2e/go.mod hack/e2e/go.sum
+	cd hack/e2e && $(E2E_GOFLAGS) $(GO) build -o ../../bin/kube-proxy -ldflags "$(CONTROLPLANE_LDFLAGS)" k8s.io/kubernetes/cmd/kube-proxy
+
+bin/coredns: hack/coredns/go.mod hack/coredns/go.sum
+	cd hack/coredns && CGO_ENABLED=0 $(E2E_GOFLAGS) $(GO) build -o ../../bin/coredns -ldflags "-s -w" github.com/coredns/coredns
+
+.PHONY: bin/conformance conformance
+bin/conformance:
+	$(GO) build -o bin/conformance ./hack/conformance
+
+# conformance: the node conformance tests of e2e.test against a cri node and
+# a process node, each on a fresh local cluster with CoreDNS and kube-proxy
+# (needs root). Reports in .local/conformance; CONFORMANCE_FLAGS are passed
+# to hack/conformance (for example --providers cri --focus 'ConfigMap').
+CONFORMANCE_FLAGS ?=
+conformance: build bin/e2e.test bin/ginkgo bin/kube-proxy bin/coredns bin/conformance \
+		bin/containerd bin/containerd-shim-runc-v2 cri-deps images
+	bin/conformance --out $(LOCAL)/conformance --images $(IMAGES_DIR) $(CONFORMANCE_FLAGS)
+
+# The smoke set of the conformance tests runs in make test (test/e2e).
+test e2e: bin/e2e.test
 
 # Always handed to go build, which knows when nothing changed.
 .PHONY: bin/nodelet

@@ -29,8 +29,17 @@ var (
 		"docker.io/library/busybox:1.37",
 		"docker.io/private/busybox:1.37",
 	}
-	agnhostRefs = []string{"registry.k8s.io/e2e-test-images/agnhost:2.63.0"}
-	pauseRefs   = []string{"registry.k8s.io/pause:3.10.2"}
+	// agnhost:2.55 is the "previous agnhost" of the conformance tests,
+	// which only need a second name for an agnhost.
+	agnhostRefs = []string{
+		"registry.k8s.io/e2e-test-images/agnhost:2.63.0",
+		"registry.k8s.io/e2e-test-images/agnhost:2.55",
+	}
+	pauseRefs = []string{"registry.k8s.io/pause:3.10.2"}
+	// The other images of the node conformance tests.
+	nonrootRefs    = []string{"registry.k8s.io/e2e-test-images/nonroot:1.5"}
+	nonewprivsRefs = []string{"registry.k8s.io/e2e-test-images/nonewprivs:1.4"}
+	nginxRefs      = []string{"registry.k8s.io/e2e-test-images/nginx:1.15-4"}
 )
 
 // Annotations of an index entry of the layout: the image's full reference
@@ -47,6 +56,7 @@ type inputs struct {
 	busybox string
 	agnhost string
 	pause   string
+	nnp     string // nonewprivs' nnp
 }
 
 // built is one reference that build wrote.
@@ -59,7 +69,7 @@ type built struct {
 // build writes the images into an OCI image layout at dir, replacing what
 // was there once every image is written.
 func build(ctx context.Context, dir string, in inputs) ([]built, error) {
-	for _, bin := range []string{in.busybox, in.agnhost, in.pause} {
+	for _, bin := range []string{in.busybox, in.agnhost, in.pause, in.nnp} {
 		if err := checkStatic(bin); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
@@ -84,6 +94,22 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build pause: %w", err)
 	}
+	baseLayer := layerSpec{base, "busybox " + version + " from Debian's busybox-static"}
+	nonroot, err := newImage(imageSpec{
+		layers: []layerSpec{baseLayer},
+		config: v1.Config{Cmd: []string{"sh"}, User: "1234", Env: []string{defaultPath}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build nonroot: %w", err)
+	}
+	nonewprivs, err := nonewprivsImage(baseLayer, in.nnp)
+	if err != nil {
+		return nil, fmt.Errorf("build nonewprivs: %w", err)
+	}
+	nginx, err := nginxImage(agnhost)
+	if err != nil {
+		return nil, fmt.Errorf("build nginx: %w", err)
+	}
 
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
@@ -100,7 +126,8 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	for _, set := range []struct {
 		img  v1.Image
 		refs []string
-	}{{busybox, busyboxRefs}, {agnhost, agnhostRefs}, {pause, pauseRefs}} {
+	}{{busybox, busyboxRefs}, {agnhost, agnhostRefs}, {pause, pauseRefs},
+		{nonroot, nonrootRefs}, {nonewprivs, nonewprivsRefs}, {nginx, nginxRefs}} {
 		b, err := appendImage(p, set.img, set.refs)
 		if err != nil {
 			return nil, fmt.Errorf("build: %w", err)
@@ -302,4 +329,35 @@ func pauseImage(bin string) (v1.Image, error) {
 		layers: []layerSpec{{l, "pause"}},
 		config: v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535", Env: []string{defaultPath}},
 	})
+}
+
+// nonewprivsImage is upstream's nonewprivs over busybox: nnp, set-user-ID
+// root, printing the effective user ID.
+func nonewprivsImage(base layerSpec, nnp string) (v1.Image, error) {
+	fs := rootfs{}
+	if err := fs.copy("usr/local/bin/nnp", 0o4755, nnp); err != nil {
+		return nil, err
+	}
+	l, err := fs.layer()
+	if err != nil {
+		return nil, err
+	}
+	return newImage(imageSpec{
+		layers: []layerSpec{base, {l, "nnp from k8s.io/kubernetes test/images/nonewprivs"}},
+		config: v1.Config{Cmd: []string{"nnp"}, User: "0", Env: []string{defaultPath}},
+	})
+}
+
+// nginxImage stands in for the nginx image, which the conformance tests
+// only run as a server that keeps running: agnhost serving HTTP on port 80.
+func nginxImage(agnhost v1.Image) (v1.Image, error) {
+	cfg, err := agnhost.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Config.Entrypoint = []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}
+	cfg.Config.Cmd = nil
+	cfg.Config.Labels = map[string]string{"org.opencontainers.image.description": "stand-in for nginx: agnhost netexec on port 80"}
+	return mutate.ConfigFile(agnhost, cfg)
 }

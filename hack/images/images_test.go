@@ -42,7 +42,7 @@ func testInputs(t *testing.T) inputs {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
-	return inputs{busybox: busybox, agnhost: pause, pause: pause}
+	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause}
 }
 
 func TestBuildIsReproducible(t *testing.T) {
@@ -56,7 +56,7 @@ func TestBuildIsReproducible(t *testing.T) {
 	for _, b := range first {
 		refs = append(refs, b.ref)
 	}
-	want := slices.Concat(busyboxRefs, agnhostRefs, pauseRefs)
+	want := slices.Concat(busyboxRefs, agnhostRefs, pauseRefs, nonrootRefs, nonewprivsRefs, nginxRefs)
 	if !slices.Equal(refs, want) {
 		t.Errorf("built %v, want %v", refs, want)
 	}
@@ -97,6 +97,10 @@ func TestServePull(t *testing.T) {
 			files: []string{"agnhost", "agnhost-2", "uploads", "bin/sh"}},
 		{repo: "pause:3.10.2", entrypoint: []string{"/pause"}, user: "65535:65535",
 			files: []string{"pause"}, notInRoot: []string{"bin/sh"}},
+		{repo: "e2e-test-images/agnhost:2.55", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0"},
+		{repo: "e2e-test-images/nonroot:1.5", cmd: []string{"sh"}, user: "1234", files: []string{"usr/bin/id"}},
+		{repo: "e2e-test-images/nonewprivs:1.4", cmd: []string{"nnp"}, user: "0", files: []string{"usr/local/bin/nnp"}},
+		{repo: "e2e-test-images/nginx:1.15-4", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}, user: "0"},
 	} {
 		img, err := remote.Image(ref(t, addr, tc.repo))
 		if err != nil {

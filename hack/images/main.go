@@ -2,7 +2,7 @@
 // and serves them as an OCI distribution registry on loopback, since no
 // registry outside is reachable from where the tests run.
 //
-//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH]
+//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH]
 //	images serve --dir DIR [--listen 127.0.0.1:PORT] [--auth USER:PASSWORD] [--ready-file FILE]
 //
 // build writes an OCI image layout at DIR, each image named by its full
@@ -36,7 +36,7 @@ func main() {
 }
 
 const usage = `usage:
-  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH]
+  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH]
   images serve --dir DIR [--listen ADDR] [--auth USER:PASSWORD] [--ready-file FILE]`
 
 func run(ctx context.Context, args []string) error {
@@ -63,6 +63,7 @@ func runBuild(ctx context.Context, args []string) error {
 	fs.StringVar(&in.busybox, "busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
 	fs.StringVar(&in.agnhost, "agnhost", besideSelf("agnhost"), "static agnhost binary")
 	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
+	fs.StringVar(&in.nnp, "nnp", besideSelf("nnp"), "static nnp binary (k8s.io/kubernetes test/images/nonewprivs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,0 +1,104 @@
+// Command conformance runs Kubernetes' own node conformance tests (e2e.test
+// of k8s.io/kubernetes v1.36.3, package test/conformance selects them)
+// against one nodelet node per provider, each on a fresh local cluster:
+// bin/controlplane up, the registry of make images and a private containerd
+// (cri), CoreDNS and kube-proxy as host processes, then the suite through
+// ginkgo in parallel. It writes a JUnit report and a summary per provider
+// under --out, checks that the suite left nothing behind, and prints
+// passed/failed/skipped per provider.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	providers []string
+	out       string
+	bin       string
+	images    string
+	procs     int
+	focus     string
+	skip      string
+	timeout   time.Duration
+}
+
+func run() error {
+	var o options
+	providers := flag.String("providers", "cri,process", "comma-separated providers to run the suite against, each on its own fresh cluster")
+	flag.StringVar(&o.out, "out", ".local/conformance", "directory for reports, logs and the clusters' state")
+	flag.StringVar(&o.bin, "bin", "bin", "directory of controlplane, nodelet, e2e.test, ginkgo, kube-proxy, coredns, images, containerd")
+	flag.StringVar(&o.images, "images", ".local/images", "the images directory of make images")
+	flag.IntVar(&o.procs, "procs", 4, "ginkgo processes running specs in parallel")
+	flag.StringVar(&o.focus, "focus", "", "extra --ginkgo.focus regexp, ANDed with the conformance selection (empty: all of it)")
+	flag.StringVar(&o.skip, "skip", "", "extra --ginkgo.skip regexp, ORed with the listed skips")
+	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo's timeout for one provider's run")
+	flag.Parse()
+	o.providers = strings.Split(*providers, ",")
+	for _, p := range o.providers {
+		if p != "cri" && p != "process" {
+			return fmt.Errorf("--providers: unknown provider %q (want cri or process)", p)
+		}
+	}
+	var err error
+	if o.out, err = filepath.Abs(o.out); err != nil {
+		return err
+	}
+	if o.bin, err = filepath.Abs(o.bin); err != nil {
+		return err
+	}
+	if o.images, err = filepath.Abs(o.images); err != nil {
+		return err
+	}
+	for _, b := range []string{"controlplane", "nodelet", "e2e.test", "ginkgo", "kube-proxy", "coredns"} {
+		if _, err := os.Stat(filepath.Join(o.bin, b)); err != nil {
+			return fmt.Errorf("%s missing: run make conformance, which builds it", filepath.Join(o.bin, b))
+		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("needs root: the nodes run pods, kube-proxy writes iptables rules")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var reports []report
+	var failed []string
+	for _, p := range o.providers {
+		r, err := runProvider(ctx, o, p)
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", p, err))
+		}
+		if r != nil {
+			reports = append(reports, *r)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := writeSummary(filepath.Join(o.out, "summary.md"), reports); err != nil {
+		failed = append(failed, err.Error())
+	}
+	for _, r := range reports {
+		fmt.Println(r.line())
+	}
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/pkg/mountinfo"
+	"github.com/nodelet/nodelet/test/conformance"
+)
+
+// report is one provider's run.
+type report struct {
+	provider string
+	summary  conformance.Summary
+	wall     time.Duration
+	starts   latency
+	leaks    []string
+	junit    string
+}
+
+func (r report) line() string {
+	s := fmt.Sprintf("%s: %s; pod start p50 %s p99 %s over %d pods", r.provider, r.summary,
+		r.starts.p50.Round(100*time.Millisecond), r.starts.p99.Round(100*time.Millisecond), r.starts.n)
+	if len(r.leaks) > 0 {
+		s += fmt.Sprintf("; LEFT BEHIND: %s", strings.Join(r.leaks, ", "))
+	}
+	return s
+}
+
+// runProvider runs the suite against a fresh cluster with one node of the
+// provider.
+func runProvider(ctx context.Context, o options, provider string) (*report, error) {
+	dir := filepath.Join(o.out, provider)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	fmt.Printf("conformance: %s: starting a cluster in %s\n", provider, dir)
+	c, err := startCluster(ctx, o, provider, dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &report{provider: provider, junit: filepath.Join(dir, "junit_01.xml")}
+	runErr := func() error {
+		starts := watchPodStarts(ctx, c)
+		defer func() { r.starts = starts() }()
+		kubectl := filepath.Join(dir, "kubectl")
+		script := fmt.Sprintf("#!/bin/sh\nexec %q kubectl \"$@\"\n", filepath.Join(o.bin, "controlplane"))
+		if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
+			return err
+		}
+		e2eOpts := conformance.Options{
+			Kubeconfig:     c.kubeconfig,
+			ReportDir:      dir,
+			KubectlPath:    kubectl,
+			KubeletRootDir: c.rootDir,
+			DNSDomain:      dnsDomain,
+		}
+		if c.runtime != nil {
+			e2eOpts.RuntimeEndpoint = c.runtime.Endpoint()
+		}
+		skip := conformance.SkipRegexp()
+		if o.skip != "" {
+			skip += "|" + o.skip
+		}
+		focus := conformance.Focus
+		if o.focus != "" {
+			focus = "(?:" + focus + ").*(?:" + o.focus + ")|(?:" + o.focus + ").*(?:" + focus + ")"
+		}
+		args := []string{"--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(), "--no-color",
+			"--focus", focus, "--focus-file", conformance.FocusFile, "--skip", skip,
+			filepath.Join(o.bin, "e2e.test"), "--"}
+		args = append(args, conformance.E2EArgs(e2eOpts)...)
+		log, err := os.Create(filepath.Join(dir, "e2e.log"))
+		if err != nil {
+			return err
+		}
+		defer log.Close()
+		cmd := exec.CommandContext(ctx, filepath.Join(o.bin, "ginkgo"), args...)
+		cmd.Stdout, cmd.Stderr = log, log
+		// Interrupted, ginkgo stops the specs and still writes the report.
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		cmd.WaitDelay = 2 * time.Minute
+		fmt.Printf("conformance: %s: running the suite (%d procs), log %s\n", provider, o.procs, log.Name())
+		start := time.Now()
+		err = cmd.Run()
+		r.wall = time.Since(start)
+		// ginkgo exits non-zero when a spec failed; the report says which.
+		if _, statErr := os.Stat(r.junit); statErr != nil {
+			return fmt.Errorf("ginkgo wrote no report (%v); see %s", err, log.Name())
+		}
+		return nil
+	}()
+	if runErr == nil {
+		r.summary, runErr = conformance.ReadJUnit(r.junit)
+		r.summary.Duration = r.wall
+	}
+	r.leaks = c.leftBehind(ctx)
+	if err := c.stop(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	return r, runErr
+}
+
+// leftBehind lists what the suite left in the cluster, the runtime and on
+// the node: namespaces of the suite, pods, sandboxes, containers, mounts
+// under the node's root directory. Namespaces are deleted by the suite at
+// the end of each spec and may take a while to go.
+func (c *cluster) leftBehind(ctx context.Context) []string {
+	var left []string
+	_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		left = nil
+		nss, err := c.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ns := range nss.Items {
+			switch ns.Name {
+			case "default", "kube-system", "kube-public", "kube-node-lease":
+				continue
+			}
+			left = append(left, "namespace "+ns.Name)
+		}
+		pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			left = append(left, "pod "+p.Namespace+"/"+p.Name)
+		}
+		if c.runtime != nil {
+			sandboxes, containers, err := c.runtimeObjects(ctx)
+			if err != nil {
+				return false, nil
+			}
+			left = append(left, sandboxes...)
+			left = append(left, containers...)
+		}
+		mounts, err := mountinfo.Under(c.rootDir)
+		if err != nil {
+			return false, nil
+		}
+		for _, m := range mounts {
+			left = append(left, "mount "+m)
+		}
+		return len(left) == 0, nil
+	})
+	return left
+}
+
+func (c *cluster) runtimeObjects(ctx context.Context) (sandboxes, containers []string, err error) {
+	rt := c.runtime.RuntimeClient()
+	sb, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range sb.Items {
+		sandboxes = append(sandboxes, "sandbox "+s.Metadata.Namespace+"/"+s.Metadata.Name)
+	}
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ct := range cs.Containers {
+		containers = append(containers, "container "+ct.Metadata.Name+" "+ct.Id)
+	}
+	return sandboxes, containers, nil
+}
+
+// latency is the distribution of pod start latencies: from a pod's
+// creation to the first time it was seen Running.
+type latency struct {
+	n        int
+	p50, p99 time.Duration
+}
+
+// watchPodStarts watches every pod of the node until the returned function
+// is called, which gives the distribution of creation → Running.
+func watchPodStarts(ctx context.Context, c *cluster) func() latency {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	seen := map[string]time.Duration{}
+	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + nodeName }))
+	record := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Status.Phase != corev1.PodRunning {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := seen[string(p.UID)]; !ok {
+			seen[string(p.UID)] = time.Since(p.CreationTimestamp.Time)
+		}
+	}
+	_, _ = factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	})
+	factory.Start(ctx.Done())
+	return func() latency {
+		cancel()
+		factory.Shutdown()
+		mu.Lock()
+		defer mu.Unlock()
+		var all []time.Duration
+		for _, d := range seen {
+			all = append(all, d)
+		}
+		return percentiles(all)
+	}
+}
+
+func percentiles(all []time.Duration) latency {
+	if len(all) == 0 {
+		return latency{}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	at := func(q float64) time.Duration { return all[int(q*float64(len(all)-1)+0.5)] }
+	return latency{n: len(all), p50: at(0.5), p99: at(0.99)}
+}
+
+// writeSummary writes the table of the runs and every failure.
+func writeSummary(path string, reports []report) error {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# Node conformance, %s (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), host)
+	fmt.Fprintln(&b, "| provider | passed | failed | skipped | duration | pod start p50 | pod start p99 |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|")
+	for _, r := range reports {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s |\n", r.provider, r.summary.Passed, r.summary.Failed,
+			r.summary.Skipped, r.summary.Duration.Round(time.Second), r.starts.p50.Round(100*time.Millisecond),
+			r.starts.p99.Round(100*time.Millisecond))
+	}
+	for _, r := range reports {
+		if f := r.summary.Failures(); len(f) > 0 {
+			fmt.Fprintf(&b, "\n## %s: failed\n\n", r.provider)
+			for _, name := range f {
+				fmt.Fprintf(&b, "- %s\n", name)
+			}
+		}
+		if len(r.leaks) > 0 {
+			fmt.Fprintf(&b, "\n## %s: left behind\n\n", r.provider)
+			for _, l := range r.leaks {
+				fmt.Fprintf(&b, "- %s\n", l)
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}

@@ -1,0 +1,228 @@
+// Package conformance runs Kubernetes' own end-to-end tests (e2e.test of
+// k8s.io/kubernetes, built by make bin/e2e.test) against a nodelet node: the
+// selection of specs and the skips with their reasons, the command line of
+// e2e.test, and the JUnit report it writes. hack/conformance (make
+// conformance) and the smoke test of test/e2e share it.
+package conformance
+
+import (
+	"encoding/xml"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Focus and FocusFile select the node conformance specs: every spec
+// marked [NodeConformance] or [Conformance] in test/e2e/common (node,
+// storage, network), which holds every [NodeConformance] spec of the suite.
+const (
+	Focus     = `\[NodeConformance\]|\[Conformance\]`
+	FocusFile = `test/e2e/common/`
+)
+
+// Skip is a spec skipped, with why.
+type Skip struct {
+	// Pattern is a regular expression matched against the spec's full
+	// text (as --ginkgo.skip).
+	Pattern string
+	// Reason says why the spec cannot run here; the README lists it.
+	Reason string
+}
+
+// Skips are the specs of the selection that are not run, each with its
+// reason. A spec is skipped only when it needs what one node cannot give,
+// or a feature nodelet deliberately lacks.
+var Skips = []Skip{
+	{`\[Disruptive\]`, "restarts or reboots the node or its kubelet through SSH or systemd, which a local node does not offer"},
+	{`\[Flaky\]`, "marked flaky upstream; not part of any conformance profile"},
+	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36"},
+}
+
+// SkipRegexp is the --ginkgo.skip of the run: every pattern of Skips.
+func SkipRegexp() string {
+	parts := make([]string, len(Skips))
+	for i, s := range Skips {
+		parts[i] = s.Pattern
+	}
+	return strings.Join(parts, "|")
+}
+
+// Smoke are the specs of the smoke set that make test runs (package
+// test/e2e): pods, configmap/secret/downward API volumes, probes, init
+// containers, logs and exec. Each is matched as a literal substring of the
+// spec's text.
+var Smoke = []string{
+	"Pods should be submitted and removed",
+	"Pods should get a host IP",
+	"ConfigMap should be consumable from pods in volume with mappings",
+	"Secrets should be consumable from pods in volume with defaultMode set",
+	"Downward API volume should provide podname only",
+	"Downward API should provide pod name, namespace and IP address as env vars",
+	"Probing container with readiness probe should not be ready before initial delay and never restart",
+	"Probing container should be restarted with a exec \"cat /tmp/health\" liveness probe",
+	"InitContainer [NodeConformance] should invoke init containers on a RestartNever pod",
+	"Kubelet when scheduling a busybox command in a pod should print the output to logs",
+	"Pods should support remote command execution over websockets",
+	"Container Runtime blackbox test on terminated container should report termination message from log output if TerminationMessagePolicy FallbackToLogsOnError is set",
+}
+
+// SmokeFocus is the --ginkgo.focus of the smoke set.
+func SmokeFocus() string {
+	parts := make([]string, len(Smoke))
+	for i, s := range Smoke {
+		parts[i] = regexp.QuoteMeta(s)
+	}
+	return strings.Join(parts, "|")
+}
+
+// Options are what E2EArgs needs to know of the cluster.
+type Options struct {
+	Kubeconfig string
+	// ReportDir receives junit_01.xml.
+	ReportDir string
+	// KubectlPath is a kubectl of the same release.
+	KubectlPath string
+	// RuntimeEndpoint is the node's CRI endpoint (empty: not a cri node).
+	RuntimeEndpoint string
+	// KubeletRootDir is the node's root directory.
+	KubeletRootDir string
+	// DNSDomain is the cluster's DNS domain.
+	DNSDomain string
+}
+
+// E2EArgs are the flags of e2e.test for a run against one local node.
+func E2EArgs(o Options) []string {
+	args := []string{
+		"--kubeconfig=" + o.Kubeconfig,
+		"--provider=skeleton",
+		"--report-dir=" + o.ReportDir,
+		"--e2e-output-dir=" + o.ReportDir,
+		"--kubectl-path=" + o.KubectlPath,
+		"--kubelet-root-dir=" + o.KubeletRootDir,
+		"--node-os-distro=debian",
+		"--minStartupPods=-1",
+		"--allowed-not-ready-nodes=0",
+		"--disable-log-dump",
+	}
+	if o.RuntimeEndpoint != "" {
+		args = append(args, "--container-runtime-endpoint="+o.RuntimeEndpoint)
+	}
+	if o.DNSDomain != "" {
+		args = append(args, "--dns-domain="+o.DNSDomain)
+	}
+	return args
+}
+
+// Result is the outcome of one spec in a JUnit report.
+type Result struct {
+	Name     string
+	Status   string // passed, failed, skipped, pending
+	Duration time.Duration
+	Failure  string
+}
+
+// Summary counts the results of a run.
+type Summary struct {
+	Passed, Failed, Skipped int
+	Duration                time.Duration
+	Results                 []Result
+}
+
+// Failures are the names of the specs that failed, sorted.
+func (s Summary) Failures() []string {
+	var out []string
+	for _, r := range s.Results {
+		if r.Status == "failed" {
+			out = append(out, r.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("passed %d, failed %d, skipped %d in %s", s.Passed, s.Failed, s.Skipped, s.Duration.Round(time.Second))
+}
+
+type junitSuites struct {
+	Suites []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Cases []junitCase `xml:"testcase"`
+	Time  float64     `xml:"time,attr"`
+}
+
+type junitCase struct {
+	Name    string  `xml:"name,attr"`
+	Status  string  `xml:"status,attr"`
+	Time    float64 `xml:"time,attr"`
+	Failure *struct {
+		Message string `xml:"message,attr"`
+		Text    string `xml:",chardata"`
+	} `xml:"failure"`
+	Error *struct {
+		Message string `xml:"message,attr"`
+	} `xml:"error"`
+	Skipped *struct{} `xml:"skipped"`
+}
+
+// ReadJUnit reads the JUnit report e2e.test wrote. The suite's set-up and
+// tear-down nodes ([SynchronizedBeforeSuite] and the like) count only when
+// they failed.
+func ReadJUnit(path string) (Summary, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Summary{}, err
+	}
+	var doc junitSuites
+	if err := xml.Unmarshal(data, &doc); err != nil {
+		return Summary{}, fmt.Errorf("%s: %w", path, err)
+	}
+	var s Summary
+	for _, suite := range doc.Suites {
+		s.Duration += seconds(suite.Time)
+		for _, c := range suite.Cases {
+			r := Result{Name: c.Name, Status: c.Status, Duration: seconds(c.Time)}
+			if r.Status == "" {
+				switch {
+				case c.Failure != nil || c.Error != nil:
+					r.Status = "failed"
+				case c.Skipped != nil:
+					r.Status = "skipped"
+				default:
+					r.Status = "passed"
+				}
+			}
+			if c.Failure != nil {
+				r.Failure = c.Failure.Message
+			} else if c.Error != nil {
+				r.Failure = c.Error.Message
+			}
+			suiteNode := strings.HasPrefix(r.Name, "[") && strings.Contains(r.Name, "Suite]")
+			switch r.Status {
+			case "passed":
+				if suiteNode {
+					continue
+				}
+				s.Passed++
+			case "failed", "panicked", "interrupted", "aborted", "timedout":
+				r.Status = "failed"
+				s.Failed++
+			default:
+				if suiteNode {
+					continue
+				}
+				r.Status = "skipped"
+				s.Skipped++
+			}
+			s.Results = append(s.Results, r)
+		}
+	}
+	return s, nil
+}
+
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
