@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,7 @@ type fakeProvider struct {
 	pods    map[string]*corev1.Pod
 	reject  string
 	deleted []string
+	updates int
 	notify  func(*corev1.Pod)
 }
 
@@ -53,7 +55,24 @@ func (f *fakeProvider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-func (f *fakeProvider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
+func (f *fakeProvider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := pod.Namespace + "/" + pod.Name
+	if old, ok := f.pods[key]; ok {
+		p := pod.DeepCopy()
+		p.Status = old.Status
+		f.pods[key] = p
+		f.updates++
+	}
+	return nil
+}
+
+func (f *fakeProvider) updateCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.updates
+}
 
 func (f *fakeProvider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	key := pod.Namespace + "/" + pod.Name
@@ -189,5 +208,34 @@ func TestStartupStopsOnlyDanglingPods(t *testing.T) {
 	}
 	if _, err := getPod(client, "p"); err != nil {
 		t.Errorf("live pod: %v", err)
+	}
+}
+
+// The provider hears of a change of labels or annotations, not only of
+// the spec: downward API volumes and env follow them.
+func TestMetadataChangeReachesTheProvider(t *testing.T) {
+	p := newFakeProvider()
+	client := startController(t, p, testPod("a", "n"))
+	eventually(t, "pod Running in the API", func() bool {
+		pod, err := getPod(client, "p")
+		return err == nil && pod.Status.Phase == corev1.PodRunning
+	})
+	for i, change := range []func(*corev1.Pod){
+		func(pod *corev1.Pod) { pod.Annotations = map[string]string{"mysubpath": "mypath"} },
+		func(pod *corev1.Pod) { pod.Labels = map[string]string{"key": "value"} },
+	} {
+		pod, err := getPod(client, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(pod)
+		if _, err := client.CoreV1().Pods("ns").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, fmt.Sprintf("update %d in the provider", i+1), func() bool {
+			got, err := p.GetPod(context.Background(), "ns", "p")
+			return err == nil && p.updateCount() == i+1 &&
+				equality.Semantic.DeepEqual(got.Labels, pod.Labels) && equality.Semantic.DeepEqual(got.Annotations, pod.Annotations)
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -63,13 +64,21 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
 			return fmt.Errorf("stop pod in provider: %w", err)
 		}
-	} else if !equality.Semantic.DeepEqual(provPod.Spec, pod.Spec) {
+	} else if podChanged(provPod, pod) {
 		if err := p.UpdatePod(ctx, pod); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedUpdate", "error updating pod in provider: %v", err)
 			return fmt.Errorf("update pod in provider: %w", err)
 		}
 	}
 	return c.updateStatus(ctx, rec, pod, &provPod.Status)
+}
+
+// podChanged says whether the provider's copy of a pod is behind the API's
+// in what a provider reads: the spec, and the labels and annotations that
+// downward API volumes and env expose.
+func podChanged(provPod, pod *corev1.Pod) bool {
+	return !equality.Semantic.DeepEqual(provPod.Spec, pod.Spec) ||
+		!maps.Equal(provPod.Labels, pod.Labels) || !maps.Equal(provPod.Annotations, pod.Annotations)
 }
 
 // syncGone handles a pod the API no longer has: if the provider still runs

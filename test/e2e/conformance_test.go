@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodelet/nodelet/test/conformance"
+)
+
+// TestConformanceSmoke runs the smoke set of Kubernetes' node conformance
+// tests (e2e.test of k8s.io/kubernetes; make conformance runs them all)
+// against a cri node: pods, configmap, secret and downward API volumes,
+// probes, init containers, logs and exec. It is not parallel, so while it
+// runs its node is the only one the suite's pods can land on.
+func TestConformanceSmoke(t *testing.T) {
+	e2eTest := filepath.Join(root, "bin", "e2e.test")
+	if _, err := os.Stat(e2eTest); err != nil {
+		t.Fatalf("%s missing: make bin/e2e.test builds it", e2eTest)
+	}
+	c := startCRINodelet(t, "conformance-smoke")
+	dir := t.TempDir()
+	kubectl := filepath.Join(dir, "kubectl")
+	script := fmt.Sprintf("#!/bin/sh\nexec %q kubectl \"$@\"\n", filepath.Join(root, "bin", "controlplane"))
+	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{
+		"--ginkgo.focus=" + conformance.SmokeFocus(),
+		"--ginkgo.focus-file=" + conformance.FocusFile,
+		"--ginkgo.skip=" + conformance.SkipRegexp(),
+		"--ginkgo.no-color",
+	}, conformance.E2EArgs(conformance.Options{
+		Kubeconfig:      kubeconfig,
+		ReportDir:       dir,
+		KubectlPath:     kubectl,
+		RuntimeEndpoint: c.env.Endpoint(),
+		KubeletRootDir:  c.rootDir,
+	})...)
+	cmd := exec.Command(e2eTest, args...)
+	cmd.SysProcAttr = stopWithParent()
+	out, err := cmd.CombinedOutput()
+	summary, readErr := conformance.ReadJUnit(filepath.Join(dir, "junit_01.xml"))
+	if readErr != nil {
+		t.Fatalf("e2e.test wrote no report (%v, exit %v):\n%s", readErr, err, lastLines(string(out), 80))
+	}
+	t.Logf("conformance smoke set: %s", summary)
+	if f := summary.Failures(); len(f) > 0 {
+		t.Errorf("failed:\n  %s\n%s", strings.Join(f, "\n  "), lastLines(string(out), 150))
+	}
+	// Every name of the smoke set matches a spec that ran and passed.
+	for _, name := range conformance.Smoke {
+		found := false
+		for _, r := range summary.Results {
+			if strings.Contains(r.Name, name) && r.Status == "passed" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no passed spec matches %q", name)
+		}
+	}
+}
