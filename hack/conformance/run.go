@@ -95,6 +95,9 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		defer log.Close()
 		cmd := exec.CommandContext(ctx, filepath.Join(o.bin, "ginkgo"), args...)
 		cmd.Stdout, cmd.Stderr = log, log
+		// Away from any go.mod, whose ginkgo version the CLI would compare
+		// with its own.
+		cmd.Dir = "/"
 		// Interrupted, ginkgo stops the specs and still writes the report.
 		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 		cmd.WaitDelay = 2 * time.Minute

@@ -39,13 +39,17 @@ type containerView struct {
 type podView struct {
 	pod    *corev1.Pod
 	hostIP string
-	// podIPs are the sandbox's IPs; none: the pod uses the node's network.
-	podIPs    []string
-	startTime time.Time
-	sandbox   bool // the sandbox runs: containers can start
-	init      []containerView
-	regular   []containerView
-	ephemeral []containerView
+	// podIPs are the sandbox's IPs.
+	podIPs []string
+	// hostNetwork: the pod uses the node's network (spec.hostNetwork, or a
+	// sandbox with no IPs of its own), so its IP is the node's. A pod
+	// with neither a sandbox yet nor host network has no IP.
+	hostNetwork bool
+	startTime   time.Time
+	sandbox     bool // the sandbox runs: containers can start
+	init        []containerView
+	regular     []containerView
+	ephemeral   []containerView
 	// failReason and failMessage fail the whole pod (DeadlineExceeded).
 	failReason, failMessage string
 	// terminated: the pod was deleted and everything of it stopped.
@@ -115,7 +119,7 @@ func podStatus(v *podView) corev1.PodStatus {
 		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
 	}
 	podIPs := v.podIPs
-	if len(podIPs) == 0 && v.hostIP != "" {
+	if len(podIPs) == 0 && v.hostNetwork && v.hostIP != "" {
 		podIPs = []string{v.hostIP}
 	}
 	for _, ip := range podIPs {

@@ -159,6 +159,7 @@ func TestPodStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.view.pod = pod
 			tt.view.hostIP = "10.0.0.1"
+			tt.view.hostNetwork = true
 			s := podStatus(&tt.view)
 			if s.Phase != tt.wantPhase {
 				t.Errorf("phase %s, want %s", s.Phase, tt.wantPhase)
@@ -217,5 +218,32 @@ func TestBackOff(t *testing.T) {
 		if got := backOff(st); got != tt.want {
 			t.Errorf("backOff(attempt %d, ran %s) = %s, want %s", tt.attempt, tt.ran, got, tt.want)
 		}
+	}
+}
+
+// A pod's IP is the node's only when it shares the node's network: a pod
+// of its own network has none until its sandbox has one.
+func TestPodIPBeforeTheSandbox(t *testing.T) {
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Image: "i"}}})
+	for _, tt := range []struct {
+		name string
+		view podView
+		want string
+	}{
+		{"own network, no sandbox yet", podView{}, ""},
+		{"own network, sandbox up", podView{sandbox: true, podIPs: []string{"10.1.0.5"}}, "10.1.0.5"},
+		{"host network, no sandbox yet", podView{hostNetwork: true}, "10.0.0.1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.view.pod, tt.view.hostIP = pod, "10.0.0.1"
+			tt.view.regular = []containerView{{spec: &pod.Spec.Containers[0]}}
+			s := podStatus(&tt.view)
+			if s.PodIP != tt.want || (tt.want == "") != (len(s.PodIPs) == 0) {
+				t.Errorf("podIP %q podIPs %v, want %q", s.PodIP, s.PodIPs, tt.want)
+			}
+			if s.HostIP != "10.0.0.1" {
+				t.Errorf("hostIP %q, want the node's", s.HostIP)
+			}
+		})
 	}
 }

@@ -290,6 +290,7 @@ func (w *podWorker) viewLocked() *podView {
 	if w.sandbox != nil {
 		v.podIPs = w.sandbox.IPs()
 	}
+	v.hostNetwork = w.pod.Spec.HostNetwork || (w.sandbox != nil && len(v.podIPs) == 0)
 	appsDone := regularDone(w.pod, w.sandbox)
 	view := func(c *corev1.Container, init bool) containerView {
 		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
