@@ -139,6 +139,9 @@ func podStatus(v *podView) corev1.PodStatus {
 	for i := range v.init {
 		iv := &v.init[i]
 		cs := containerStatus(pod.UID, iv, "PodInitializing")
+		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 && !iv.sidecar {
+			cs.Ready = true // a completed init container is ready, as the kubelet reports it
+		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
 		if iv.sidecar {
 			// Done once started; its readiness counts with the containers'.

@@ -164,6 +164,11 @@ func TestPodStatus(t *testing.T) {
 			if s.Phase != tt.wantPhase {
 				t.Errorf("phase %s, want %s", s.Phase, tt.wantPhase)
 			}
+			for _, ics := range s.InitContainerStatuses {
+				if term := ics.State.Terminated; term != nil && term.ExitCode == 0 && !ics.Ready {
+					t.Errorf("init container %s completed but not ready", ics.Name)
+				}
+			}
 			if s.PodIP != "10.0.0.1" || s.HostIP != "10.0.0.1" {
 				t.Errorf("podIP %s hostIP %s, want the node's address", s.PodIP, s.HostIP)
 			}
