@@ -76,15 +76,16 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		return nil, nil, err
 	}
 
-	parts := lifecycle.Parts{
-		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration}),
-		Env:      env.NewGetter(client),
-		Recorder: recorder,
-		CSI:      mounter,
-	}
 	host := hostnode.Options{
 		NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
 		Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
+	}
+	parts := lifecycle.Parts{
+		Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration,
+			Allocatable: hostnode.New(host).Allocatable}),
+		Env:      env.NewGetter(client),
+		Recorder: recorder,
+		CSI:      mounter,
 	}
 	var p hostProvider
 	switch cfg.Provider {

@@ -90,7 +90,7 @@ func (m *Manager) payload(ctx context.Context, st *podState, objs *objectCache, 
 		return files, secretFiles(ctx, objs, pod.Namespace, src.Secret.SecretName, src.Secret.Items,
 			src.Secret.Optional, modeOr(src.Secret.DefaultMode), files)
 	case src.DownwardAPI != nil:
-		return files, downwardAPIFiles(pod, src.DownwardAPI.Items, modeOr(src.DownwardAPI.DefaultMode), files)
+		return files, m.downwardAPIFiles(pod, src.DownwardAPI.Items, modeOr(src.DownwardAPI.DefaultMode), files)
 	case src.Projected != nil:
 		mode := modeOr(src.Projected.DefaultMode)
 		for i := range src.Projected.Sources {
@@ -110,7 +110,7 @@ func (m *Manager) projection(ctx context.Context, st *podState, objs *objectCach
 	case p.Secret != nil:
 		return secretFiles(ctx, objs, pod.Namespace, p.Secret.Name, p.Secret.Items, p.Secret.Optional, mode, files)
 	case p.DownwardAPI != nil:
-		return downwardAPIFiles(pod, p.DownwardAPI.Items, mode, files)
+		return m.downwardAPIFiles(pod, p.DownwardAPI.Items, mode, files)
 	case p.ServiceAccountToken != nil:
 		if err := checkPath(p.ServiceAccountToken.Path); err != nil {
 			return err
@@ -205,10 +205,13 @@ func secretFiles(ctx context.Context, objs *objectCache, ns, name string, items 
 	return keyFiles("secret", ns, name, s.Data, items, opt, mode, files)
 }
 
-// downwardAPIFiles renders pod metadata and container resources. Limits a
-// container does not set read as 0: the volume does not default them to the
-// node's allocatable as the kubelet does.
-func downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode os.FileMode, files map[string]file) error {
+// downwardAPIFiles renders pod metadata and container resources. A limit
+// the container does not set reads as the node's allocatable.
+func (m *Manager) downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode os.FileMode, files map[string]file) error {
+	var allocatable corev1.ResourceList
+	if m.opts.Allocatable != nil {
+		allocatable = m.opts.Allocatable()
+	}
 	for _, it := range items {
 		if err := checkPath(it.Path); err != nil {
 			return err
@@ -225,7 +228,7 @@ func downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mod
 			if c == nil {
 				return fmt.Errorf("downward API file %q: no container %q in pod", it.Path, it.ResourceFieldRef.ContainerName)
 			}
-			val, err = envvars.ResourceValue(c, it.ResourceFieldRef, nil)
+			val, err = envvars.ResourceValue(c, it.ResourceFieldRef, allocatable)
 		default:
 			err = fmt.Errorf("no fieldRef or resourceFieldRef")
 		}

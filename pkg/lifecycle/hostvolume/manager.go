@@ -41,6 +41,10 @@ type Options struct {
 	SyncPeriod time.Duration
 	// Clock drives the refresh loop and token expiry. Default the real clock.
 	Clock clock.Clock
+	// Allocatable is the node's allocatable resources: a downwardAPI file
+	// of a limit the container does not set reads it, as the kubelet's
+	// does. Nil: such a file reads 0.
+	Allocatable func() corev1.ResourceList
 }
 
 // Manager sets up, refreshes and tears down the volumes of pods. Its

@@ -57,7 +57,9 @@ func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
 			},
 		}, nil
 	})
-	f.m = NewManager(f.client, Options{RootDir: f.root, Clock: f.clock})
+	f.m = NewManager(f.client, Options{RootDir: f.root, Clock: f.clock, Allocatable: func() corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("4Gi")}
+	}})
 	t.Cleanup(func() {
 		// Unmount whatever a failing test left behind.
 		_ = filepath.Walk(f.root, func(p string, info os.FileInfo, err error) error {
@@ -299,7 +301,7 @@ func TestSetUp(t *testing.T) {
 				for file, want := range map[string]string{
 					"name": "web", "ns": "app", "uid": "uid-1",
 					"labels": "app=\"web\"\ntier=\"front\"", "annotations": `note="hi"`,
-					"mem": "128", "cpu": "250", "cpulimit": "0",
+					"mem": "128", "cpu": "250", "cpulimit": "3", // unset: the node's allocatable
 				} {
 					if got := readFile(t, filepath.Join(dir, file)); got != want {
 						t.Errorf("%s = %q, want %q", file, got, want)
