@@ -86,6 +86,10 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 	}
 	cs.RestartCount = int32(st.Attempt)
 	cs.ContainerID = st.ID
+	// The resources it was given, as the kubelet reports a created
+	// container's: its limits and requests, and the requests allocated.
+	cs.Resources = c.Resources.DeepCopy()
+	cs.AllocatedResources = c.Resources.Requests.DeepCopy()
 	if st.Image != "" {
 		cs.Image, cs.ImageID = st.Image, st.ImageID
 	}
@@ -112,8 +116,9 @@ func podStatus(v *podView) corev1.PodStatus {
 	pod := v.pod
 	now := metav1.Now()
 	s := corev1.PodStatus{
-		HostIP:   v.hostIP,
-		QOSClass: provider.QOSClass(pod),
+		HostIP:             v.hostIP,
+		QOSClass:           provider.QOSClass(pod),
+		ObservedGeneration: pod.Generation,
 	}
 	if v.hostIP != "" {
 		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
@@ -221,7 +226,7 @@ func podStatus(v *podView) corev1.PodStatus {
 
 	final := s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
 	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) {
-		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now}
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now, ObservedGeneration: pod.Generation}
 		if !ok {
 			c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
 		}

@@ -11,7 +11,7 @@ import (
 func TestPodStatus(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1", Generation: 3},
 		Spec: corev1.PodSpec{
 			InitContainers: []corev1.Container{{Name: "init"}},
 			Containers:     []corev1.Container{{Name: "a"}, {Name: "b"}},
@@ -163,6 +163,14 @@ func TestPodStatus(t *testing.T) {
 			s := podStatus(&tt.view)
 			if s.Phase != tt.wantPhase {
 				t.Errorf("phase %s, want %s", s.Phase, tt.wantPhase)
+			}
+			for _, cs := range s.ContainerStatuses {
+				if cs.ContainerID != "" && (cs.Resources == nil || cs.AllocatedResources == nil && cs.Resources.Requests != nil) {
+					t.Errorf("container %s was created but its status has no resources", cs.Name)
+				}
+			}
+			if s.ObservedGeneration != pod.Generation {
+				t.Errorf("observedGeneration %d, want %d", s.ObservedGeneration, pod.Generation)
 			}
 			for _, ics := range s.InitContainerStatuses {
 				if term := ics.State.Terminated; term != nil && term.ExitCode == 0 && !ics.Ready {
