@@ -341,6 +341,9 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 			count++
 		}
 	}
+	if err := provider.AdmitOS(pod); err != nil {
+		return err
+	}
 	if err := provider.Admit(m.opts.Allocatable(), provider.PodRequests(pod), used, count); err != nil {
 		return err
 	}

@@ -78,6 +78,15 @@ func PodRequests(pod *corev1.Pod) Requests {
 	return sum
 }
 
+// AdmitOS rejects, like the kubelet, a pod whose spec.os names another
+// operating system than the node's (always Linux).
+func AdmitOS(pod *corev1.Pod) error {
+	if pod.Spec.OS != nil && pod.Spec.OS.Name != corev1.Linux {
+		return Reject("PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS: pod asks for %s, node runs %s", pod.Spec.OS.Name, corev1.Linux)
+	}
+	return nil
+}
+
 // Admit decides, like the kubelet's resource admission, whether a pod asking
 // for req fits beside the pods already admitted (count pods using used) on
 // a node of this capacity. A resource missing from capacity is not limited;

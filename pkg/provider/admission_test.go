@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,5 +37,25 @@ func TestPodRequests(t *testing.T) {
 				t.Errorf("cpu request = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestAdmitOS(t *testing.T) {
+	for _, tt := range []struct {
+		os   *corev1.PodOS
+		want string
+	}{
+		{nil, ""},
+		{&corev1.PodOS{Name: corev1.Linux}, ""},
+		{&corev1.PodOS{Name: corev1.Windows}, "PodOSNotSupported"},
+	} {
+		err := AdmitOS(&corev1.Pod{Spec: corev1.PodSpec{OS: tt.os}})
+		var r *Rejection
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("os %v: %v, want admitted", tt.os, err)
+		case tt.want != "" && (!errors.As(err, &r) || r.Reason != tt.want):
+			t.Errorf("os %v: %v, want a %s rejection", tt.os, err, tt.want)
+		}
 	}
 }

@@ -320,6 +320,10 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return sameUID(st, pod)
 	}
 	req := provider.PodRequests(pod)
+	if err := provider.AdmitOS(pod); err != nil {
+		p.mu.Unlock()
+		return err
+	}
 	if err := provider.Admit(p.opts.Capacity, req, p.used, len(p.pods)-p.finished); err != nil {
 		p.mu.Unlock()
 		return err
