@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
@@ -58,6 +59,7 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 				return next
 			case st.State == StateRunning:
 				w.syncProbes(ctx, pod, c, st)
+				w.resize(ctx, pod, c, st)
 				if !w.hasStarted(c.Name) {
 					return next
 				}
@@ -94,7 +96,9 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 			continue
 		}
 		w.syncProbes(ctx, pod, c, st)
-		if st.State != StateRunning && restarts(pod, c, false, st.ExitCode) {
+		if st.State == StateRunning {
+			w.resize(ctx, pod, c, st)
+		} else if restarts(pod, c, false, st.ExitCode) {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
 		}
 	}
@@ -110,6 +114,64 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 		w.stopSidecars(ctx, gracePeriod(pod))
 	}
 	return next
+}
+
+// resize gives a running container the resources its spec now has (an
+// in-place resize): through the runtime, or by restarting it when its
+// resize policy asks for that for a changed resource or the runtime
+// cannot. The restart is at once and whatever the pod's restart policy,
+// as the kubelet's.
+func (w *podWorker) resize(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) {
+	w.mu.Lock()
+	applied := w.containerLocked(c.Name).applied
+	w.mu.Unlock()
+	if applied == nil || equality.Semantic.DeepEqual(*applied, c.Resources) {
+		return
+	}
+	logger := w.logger(ctx).WithValues("container", c.Name)
+	restart := resizeNeedsRestart(c, applied)
+	if !restart {
+		err := w.sandbox.UpdateResources(ctx, pod, c)
+		switch {
+		case errors.Is(err, ErrResizeUnsupported):
+			restart = true
+		case err != nil:
+			logger.Error(err, "Resizing container failed")
+			w.event(corev1.EventTypeWarning, "ResizeError", "Resizing container %s failed: %v", c.Name, err)
+			return // tried again at the next sync
+		default:
+			logger.V(2).Info("Resized container", "resources", c.Resources)
+			w.mu.Lock()
+			w.containerLocked(c.Name).applied = c.Resources.DeepCopy()
+			w.mu.Unlock()
+			return
+		}
+	}
+	logger.V(2).Info("Restarting container to resize it")
+	if err := w.sandbox.StopContainer(ctx, c.Name, gracePeriod(pod)); err != nil {
+		logger.Error(err, "Stopping container to resize it failed")
+		return
+	}
+	w.startContainer(ctx, pod, c, st.Attempt+1)
+}
+
+// resizeNeedsRestart says whether a resource that changed from applied
+// has the RestartContainer resize policy.
+func resizeNeedsRestart(c *corev1.Container, applied *corev1.ResourceRequirements) bool {
+	for _, p := range c.ResizePolicy {
+		if p.RestartPolicy != corev1.RestartContainer {
+			continue
+		}
+		changed := func(list, old corev1.ResourceList) bool {
+			q, ok := list[p.ResourceName]
+			o, had := old[p.ResourceName]
+			return ok != had || q.Cmp(o) != 0
+		}
+		if changed(c.Resources.Requests, applied.Requests) || changed(c.Resources.Limits, applied.Limits) {
+			return true
+		}
+	}
+	return false
 }
 
 // ephemeralContainers are the pod's ephemeral containers (kubectl debug)
@@ -223,6 +285,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	cs := w.containerLocked(c.Name)
 	cs.waitingReason, cs.waitingMessage, cs.warned = "", "", ""
 	cs.started, cs.ready = false, false
+	cs.applied = c.Resources.DeepCopy()
 	w.mu.Unlock()
 	if err := sb.StartContainer(ctx, spec); err != nil {
 		var we *WaitError

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -32,6 +33,8 @@ type fakeRuntime struct {
 	ips []string
 	// down makes Sandboxes fail, as a runtime that does not answer.
 	down atomic.Bool
+	// noResize makes UpdateResources unsupported, as the process runtime.
+	noResize bool
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -150,6 +153,14 @@ func (s *fakeSandbox) StopContainer(_ context.Context, name string, _ time.Durat
 		s.rt.record("stop " + name)
 		s.rt.onExit(s.uid, name)
 	}
+	return nil
+}
+
+func (s *fakeSandbox) UpdateResources(_ context.Context, _ *corev1.Pod, c *corev1.Container) error {
+	if s.rt.noResize {
+		return ErrResizeUnsupported
+	}
+	s.rt.record(fmt.Sprintf("resize %s cpu=%s", c.Name, c.Resources.Limits.Cpu()))
 	return nil
 }
 
@@ -328,5 +339,57 @@ func TestRuntimeDownAtStartIsRetried(t *testing.T) {
 	rt.down.Store(false)
 	if _, err := m.GetPods(context.Background()); err != nil {
 		t.Fatalf("GetPods once the runtime answers: %v", err)
+	}
+}
+
+// An in-place resize reaches the running container: through the runtime
+// when its policy allows, by a restart when it asks for one or the runtime
+// cannot resize; the status reports the resources in effect.
+func TestResizeInPlace(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		policy      corev1.ResourceResizeRestartPolicy
+		noResize    bool
+		wantRestart bool
+	}{
+		{"through the runtime", corev1.NotRequired, false, false},
+		{"restart asked for", corev1.RestartContainer, false, true},
+		{"runtime cannot", corev1.NotRequired, true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newLifecycleFixture(t, nil)
+			f.rt.noResize = tt.noResize
+			pod := testPod("r", corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: "i",
+				Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
+				ResizePolicy: []corev1.ContainerResizePolicy{{ResourceName: corev1.ResourceCPU, RestartPolicy: tt.policy}},
+			}}})
+			if err := f.m.CreatePod(context.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "running", func() (bool, string) {
+				s := f.status("r")
+				return s.Phase == corev1.PodRunning, string(s.Phase)
+			})
+			resized := pod.DeepCopy()
+			resized.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("200m")
+			if err := f.m.UpdatePod(context.Background(), resized); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "resized", func() (bool, string) {
+				s := f.status("r")
+				if len(s.ContainerStatuses) != 1 || s.ContainerStatuses[0].Resources == nil {
+					return false, fmt.Sprintf("%+v", s.ContainerStatuses)
+				}
+				cs := s.ContainerStatuses[0]
+				got := cs.Resources.Limits[corev1.ResourceCPU]
+				return got.String() == "200m" && cs.State.Running != nil, fmt.Sprintf("limit %s, restarts %d", got.String(), cs.RestartCount)
+			})
+			restarts := f.status("r").ContainerStatuses[0].RestartCount
+			events := f.rt.recorded()
+			if tt.wantRestart != (restarts == 1) || tt.wantRestart == slices.Contains(events, "resize app cpu=200m") {
+				t.Errorf("restarts %d, runtime saw %v; want restart %v", restarts, events, tt.wantRestart)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -51,6 +52,10 @@ type Sandbox interface {
 	// StopContainer stops the running attempt of a container: SIGTERM,
 	// then SIGKILL once grace has passed.
 	StopContainer(ctx context.Context, name string, grace time.Duration) error
+	// UpdateResources gives the running attempt of a container its
+	// resources as c now has them (an in-place resize). ErrResizeUnsupported
+	// says the runtime cannot: the container is restarted instead.
+	UpdateResources(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error
 	// ExecSync runs argv in a running container, as probes and hooks do,
 	// and returns its output (stdout and stderr, up to a bound) and exit
 	// code.
@@ -156,6 +161,10 @@ type LogOptions struct {
 	// Since, when not zero, skips lines written before it.
 	Since time.Time
 }
+
+// ErrResizeUnsupported is returned by Sandbox.UpdateResources of a runtime
+// that cannot change a running container's resources.
+var ErrResizeUnsupported = errors.New("the runtime cannot resize a running container")
 
 // WaitError is a container that cannot start yet: it waits with Reason
 // (for example ErrImagePull or CreateContainerConfigError) and Message, and

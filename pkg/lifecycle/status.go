@@ -33,6 +33,8 @@ type containerView struct {
 	// started and ready are the startup and readiness probes' verdicts for
 	// a running container.
 	started, ready bool
+	// applied are the resources the running attempt has, if known.
+	applied *corev1.ResourceRequirements
 }
 
 // podView is what a pod's status is computed from.
@@ -89,6 +91,9 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 	// The resources it was given, as the kubelet reports a created
 	// container's: its limits and requests, and the requests allocated.
 	cs.Resources = c.Resources.DeepCopy()
+	if v.applied != nil && st.State == StateRunning {
+		cs.Resources = v.applied.DeepCopy()
+	}
 	cs.AllocatedResources = c.Resources.Requests.DeepCopy()
 	if st.Image != "" {
 		cs.Image, cs.ImageID = st.Image, st.ImageID

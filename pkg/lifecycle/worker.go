@@ -122,6 +122,10 @@ type containerState struct {
 	probeCancel    context.CancelFunc
 	started, ready bool
 	hasStartup     bool
+	// applied are the resources the running attempt has: the spec's when
+	// it started, then each in-place resize's. Nil when not known (an
+	// attempt the agent did not start): its spec's are assumed.
+	applied *corev1.ResourceRequirements
 }
 
 func newPodWorker(deps *workerDeps, owner workerOwner, pod *corev1.Pod, startTime time.Time) *podWorker {
@@ -296,7 +300,7 @@ func (w *podWorker) viewLocked() *podView {
 		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
 		cs := w.containerLocked(c.Name)
 		cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
-		cv.started, cv.ready = cs.started, cs.ready
+		cv.started, cv.ready, cv.applied = cs.started, cs.ready, cs.applied
 		if w.sandbox != nil {
 			if st, ok := w.sandbox.Container(c.Name); ok {
 				cv.latest = &st

@@ -415,6 +415,24 @@ func (s *criSandbox) StopContainer(ctx context.Context, name string, grace time.
 	return nil
 }
 
+// UpdateResources applies the container's resources, as the pod now has
+// them, to its running attempt.
+func (s *criSandbox) UpdateResources(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error {
+	running, err := s.running(c.Name)
+	if err != nil {
+		return err
+	}
+	r, err := containerResources(pod, c, s.rt.node)
+	if err != nil {
+		return err
+	}
+	rs, _, err := s.rt.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	return rs.UpdateContainerResources(ctx, running.id, &runtimeapi.ContainerResources{Linux: r})
+}
+
 // running is the latest attempt of a running container, or an error that
 // says it does not run.
 func (s *criSandbox) running(name string) (*criContainer, error) {

@@ -122,6 +122,12 @@ func (s hostSandbox) StopContainer(ctx context.Context, name string, grace time.
 	return s.sb.StopContainer(ctx, name, grace)
 }
 
+// UpdateResources: a host process keeps the resources it started with;
+// the worker restarts it to resize it.
+func (s hostSandbox) UpdateResources(context.Context, *corev1.Pod, *corev1.Container) error {
+	return lifecycle.ErrResizeUnsupported
+}
+
 func (s hostSandbox) Exec(ctx context.Context, container string, argv []string, streams lifecycle.StreamIO) (int, error) {
 	return s.sb.Exec(ctx, container, argv, streamIO(streams))
 }
