@@ -31,6 +31,8 @@ type criSandbox struct {
 	attempt uint32
 	logDir  string
 
+	updating sync.Mutex // held by update
+
 	mu         sync.Mutex
 	config     *runtimeapi.PodSandboxConfig // nil for an adopted sandbox until a container needs it
 	ready      bool
@@ -124,6 +126,10 @@ func (s *criSandbox) Previous(name string) (lifecycle.ContainerStatus, bool) {
 // status of those that are new or changed state, and returns the names of
 // the containers that exited since the last update.
 func (s *criSandbox) update(ctx context.Context, rs internalapi.RuntimeService, list []*runtimeapi.Container) []string {
+	// One update at a time: a slower one must not put back what a later
+	// one has replaced.
+	s.updating.Lock()
+	defer s.updating.Unlock()
 	s.mu.Lock()
 	known := map[string]*criContainer{}
 	for _, cs := range s.containers {
@@ -396,7 +402,8 @@ func (s *criSandbox) refresh(ctx context.Context, rs internalapi.RuntimeService)
 		s.rt.kick()
 		return
 	}
-	s.update(ctx, rs, list)
+	// An exit seen here is not seen again by the relist: tell it now.
+	s.rt.notifyExits(s.uid, s.update(ctx, rs, list))
 }
 
 func (s *criSandbox) StopContainer(ctx context.Context, name string, grace time.Duration) error {

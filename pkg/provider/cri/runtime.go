@@ -192,17 +192,23 @@ func (r *criRuntime) relist(ctx context.Context) error {
 		}
 		sb.fillIPs(ctx, rs)
 	}
+	for i, sb := range exited {
+		r.notifyExits(sb.uid, names[i])
+	}
+	return nil
+}
+
+// notifyExits tells the lifecycle that containers of a pod exited.
+func (r *criRuntime) notifyExits(uid types.UID, names []string) {
 	r.mu.Lock()
 	notify := r.onExit
 	r.mu.Unlock()
-	if notify != nil {
-		for i, sb := range exited {
-			for _, name := range names[i] {
-				notify(sb.uid, name)
-			}
-		}
+	if notify == nil {
+		return
 	}
-	return nil
+	for _, name := range names {
+		notify(uid, name)
+	}
 }
 
 func (r *criRuntime) Sandboxes(ctx context.Context) ([]lifecycle.Sandbox, error) {
