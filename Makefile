@@ -81,8 +81,13 @@ IMAGES_GOFLAGS := -trimpath -ldflags "-s -w"
 .PHONY: images images-test
 images: $(IMAGES_DIR)/index.json
 
-$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause bin/nnp $(BUSYBOX)
-	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause --nnp bin/nnp
+# agnhost also carries Debian's curl and netcat-openbsd with their shared
+# libraries, as upstream's image has them (the networking tests run them).
+CURL := /usr/bin/curl
+NC_OPENBSD := /bin/nc.openbsd
+$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause bin/nnp $(BUSYBOX) $(CURL) $(NC_OPENBSD)
+	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause --nnp bin/nnp \
+		--tool usr/bin/curl=$(CURL) --tool usr/bin/nc=$(NC_OPENBSD)
 
 bin/images: $(filter-out %_test.go,$(wildcard hack/images/*.go)) hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/images .
@@ -96,9 +101,12 @@ bin/agnhost: hack/images/go.mod hack/images/go.sum
 bin/nnp: hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/nnp k8s.io/kubernetes/test/images/nonewprivs
 
-$(BUSYBOX):
-	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends busybox-static || \
-		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends busybox-static; }
+DEB_OF_$(BUSYBOX) := busybox-static
+DEB_OF_$(CURL) := curl
+DEB_OF_$(NC_OPENBSD) := netcat-openbsd
+$(BUSYBOX) $(CURL) $(NC_OPENBSD):
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@) || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@); }
 
 # images-test: hack/images' own tests (build a few images, serve, pull).
 images-test: $(BUSYBOX)

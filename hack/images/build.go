@@ -57,6 +57,10 @@ type inputs struct {
 	agnhost string
 	pause   string
 	nnp     string // nonewprivs' nnp
+	// tools are host binaries (Debian's curl and netcat-openbsd) added
+	// to agnhost with the shared libraries they load, as upstream's image
+	// has them: image path → host path.
+	tools map[string]string
 }
 
 // built is one reference that build wrote.
@@ -86,7 +90,7 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build busybox: %w", err)
 	}
-	agnhost, err := agnhostImage(base, version, in.agnhost)
+	agnhost, err := agnhostImage(base, version, in.agnhost, in.tools)
 	if err != nil {
 		return nil, fmt.Errorf("build agnhost: %w", err)
 	}
@@ -287,8 +291,13 @@ func busyboxVersion(banner []byte) string {
 // it: /agnhost (and /agnhost-2, for the entrypoint tests), /uploads for
 // netexec, and the user and group that the supplemental groups tests expect
 // in the image.
-func agnhostImage(base v1.Layer, busyboxVersion, bin string) (v1.Image, error) {
+func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools map[string]string) (v1.Image, error) {
 	fs := rootfs{}
+	for name, src := range tools {
+		if err := fs.dynamic(name, src); err != nil {
+			return nil, err
+		}
+	}
 	if err := fs.copy("agnhost", 0o755, bin); err != nil {
 		return nil, err
 	}

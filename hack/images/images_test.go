@@ -42,7 +42,8 @@ func testInputs(t *testing.T) inputs {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
-	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause}
+	// A dynamic host binary stands in for curl and nc.
+	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, tools: map[string]string{"usr/bin/true": "/bin/true"}}
 }
 
 func TestBuildIsReproducible(t *testing.T) {
@@ -94,7 +95,7 @@ func TestServePull(t *testing.T) {
 		{repo: "library/busybox:1.37", cmd: []string{"sh"}, user: "0"},
 		{repo: "e2e-test-images/busybox:1.37.0-1", cmd: []string{"sh"}, user: "0"},
 		{repo: "e2e-test-images/agnhost:2.63.0", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0",
-			files: []string{"agnhost", "agnhost-2", "uploads", "bin/sh"}},
+			files: []string{"agnhost", "agnhost-2", "uploads", "bin/sh", "usr/bin/true", "lib64/ld-linux-x86-64.so.2"}},
 		{repo: "pause:3.10.2", entrypoint: []string{"/pause"}, user: "65535:65535",
 			files: []string{"pause"}, notInRoot: []string{"bin/sh"}},
 		{repo: "e2e-test-images/agnhost:2.55", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0"},

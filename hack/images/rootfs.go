@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"runtime"
 	"sort"
@@ -157,6 +158,38 @@ func (fs rootfs) addAccounts(users, groups []account) {
 
 // checkStatic fails unless the file is a statically linked executable for
 // the architecture the images are for: a container has no libc to load.
+// dynamic adds a dynamically linked host executable at name, and every
+// shared library it loads (as ldd resolves them on this host) at its host
+// path, so it runs in the image as on the host.
+func (fs rootfs) dynamic(name, src string) error {
+	out, err := exec.Command("ldd", src).Output()
+	if err != nil {
+		return fmt.Errorf("ldd %s: %w", src, err)
+	}
+	if err := fs.copy(name, 0o755, src); err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x…)"; the vDSO has no path.
+		f := strings.Fields(line)
+		var lib string
+		switch {
+		case len(f) >= 3 && f[1] == "=>":
+			lib = f[2]
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			lib = f[0]
+		}
+		if !strings.HasPrefix(lib, "/") {
+			continue
+		}
+		if err := fs.copy(strings.TrimPrefix(lib, "/"), 0o755, lib); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func checkStatic(file string) error {
 	f, err := elf.Open(file)
 	if err != nil {
