@@ -151,7 +151,10 @@ func (m *Manager) setUpVolume(ctx context.Context, st *podState, objs *objectCac
 		return checkHostPath(src.HostPath)
 	case src.EmptyDir != nil:
 		dir := filepath.Join(root, pluginEmptyDir, v.Name)
-		return dir, setUpEmptyDir(dir, src.EmptyDir)
+		if err := setUpEmptyDir(dir, src.EmptyDir); err != nil {
+			return "", err
+		}
+		return dir, setOwnership(dir, fsGroup(pod), false)
 	}
 	plugin, ok := contentPlugin(src)
 	if !ok {
@@ -201,6 +204,9 @@ func (m *Manager) writeContent(ctx context.Context, st *podState, objs *objectCa
 	}
 	changed, err := writeAtomic(dir, files, m.opts.Clock.Now())
 	if err != nil {
+		return err
+	}
+	if err := setOwnership(dir, fsGroup(pod), true); err != nil {
 		return err
 	}
 	if changed {

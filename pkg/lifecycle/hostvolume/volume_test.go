@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -751,4 +752,36 @@ func TestMemoryEmptyDir(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("directory left: %v", err)
 	}
+}
+
+// With fsGroup, volumes belong to the group: secret files readable by it,
+// an emptyDir writable by it and keeping new files in it.
+func TestFSGroup(t *testing.T) {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "sec"}, Data: map[string][]byte{"data-1": []byte("x")}}
+	f := newFixture(t, sec)
+	p := pod(
+		corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sec", DefaultMode: ptr[int32](0o400)}}},
+		corev1.Volume{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	)
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr[int64](1234)}
+	paths, err := f.m.SetUp(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.m.TearDown(context.Background(), p) })
+	check := func(path string, wantPerm os.FileMode, wantSetgid bool) {
+		t.Helper()
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gid := info.Sys().(*syscall.Stat_t).Gid; gid != 1234 {
+			t.Errorf("%s: group %d, want 1234", path, gid)
+		}
+		if info.Mode().Perm() != wantPerm || (info.Mode()&os.ModeSetgid != 0) != wantSetgid {
+			t.Errorf("%s: mode %v, want %v (setgid %v)", path, info.Mode(), wantPerm, wantSetgid)
+		}
+	}
+	check(filepath.Join(paths["s"], "data-1"), 0o440, false)
+	check(paths["e"], 0o777, true)
 }
