@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,13 +91,13 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build busybox: %w", err)
 	}
-	agnhost, err := agnhostImage(base, version, in.agnhost, in.tools)
-	if err != nil {
-		return nil, fmt.Errorf("build agnhost: %w", err)
-	}
 	pause, err := pauseImage(in.pause)
 	if err != nil {
 		return nil, fmt.Errorf("build pause: %w", err)
+	}
+	agnhost, err := agnhostImage(base, version, in.agnhost, in.tools, pause)
+	if err != nil {
+		return nil, fmt.Errorf("build agnhost: %w", err)
 	}
 	baseLayer := layerSpec{base, "busybox " + version + " from Debian's busybox-static"}
 	nonroot, err := newImage(imageSpec{
@@ -291,8 +292,11 @@ func busyboxVersion(banner []byte) string {
 // it: /agnhost (and /agnhost-2, for the entrypoint tests), /uploads for
 // netexec, and the user and group that the supplemental groups tests expect
 // in the image.
-func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools map[string]string) (v1.Image, error) {
+func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools map[string]string, pause v1.Image) (v1.Image, error) {
 	fs := rootfs{}
+	if err := fakeRegistry(fs, pause, "pause", "testing"); err != nil {
+		return nil, err
+	}
 	for name, src := range tools {
 		if err := fs.dynamic(name, src); err != nil {
 			return nil, err
@@ -338,6 +342,56 @@ func pauseImage(bin string) (v1.Image, error) {
 		layers: []layerSpec{{l, "pause"}},
 		config: v1.Config{Entrypoint: []string{"/pause"}, User: "65535:65535", Env: []string{defaultPath}},
 	})
+}
+
+// fakeRegistry lays img out under var/registry as agnhost's
+// fake-registry-server serves it (name:tag), as upstream's image holds the
+// pause image for the image pull tests.
+func fakeRegistry(fs rootfs, img v1.Image, name, tag string) error {
+	dir := "var/registry/" + name
+	path := func(kind string, h v1.Hash) string {
+		return fmt.Sprintf("%s/%s/%s/%s/%s/data", dir, kind, h.Algorithm, h.Hex[:2], h.Hex)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fs.file(path("manifests", digest), 0o644, raw)
+	fs.file(dir+"/manifests/"+tag, 0o644, []byte(digest.String()+"\n"))
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return err
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	fs.file(path("blobs", cfgName), 0o644, cfg)
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		h, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+		fs.file(path("blobs", h), 0o644, data)
+	}
+	return nil
 }
 
 // nonewprivsImage is upstream's nonewprivs over busybox: nnp, set-user-ID
