@@ -71,12 +71,13 @@ test e2e: bin/containerd bin/containerd-shim-runc-v2 cri-deps
 
 # images: the container images the cri tests run, built from source into an
 # OCI image layout in IMAGES_DIR by hack/images (its own module, which pins
-# agnhost's Kubernetes release): busybox from Debian's busybox-static
-# (installed only when missing; needs root then), agnhost, pause. Rebuilt
+# agnhost's Kubernetes release): busybox (built from Debian's source
+# package), agnhost, pause and the other images of the node conformance
+# tests. Rebuilt
 # only when an input changes. `bin/images serve --dir $(IMAGES_DIR)` serves
 # them as a registry on loopback.
 IMAGES_DIR := $(LOCAL)/images
-BUSYBOX := /bin/busybox
+BUSYBOX := bin/busybox
 IMAGES_GOFLAGS := -trimpath -ldflags "-s -w"
 .PHONY: images images-test
 images: $(IMAGES_DIR)/index.json
@@ -101,10 +102,15 @@ bin/agnhost: hack/images/go.mod hack/images/go.sum
 bin/nnp: hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/nnp k8s.io/kubernetes/test/images/nonewprivs
 
-DEB_OF_$(BUSYBOX) := busybox-static
+# busybox: built static from Debian's source package (hack/images/build-busybox.sh
+# pins it), as Debian's busybox-static but keeping upstream's ash, which
+# passes on environment variables whose names are not shell identifiers.
+$(BUSYBOX): hack/images/build-busybox.sh
+	hack/images/build-busybox.sh $@
+
 DEB_OF_$(CURL) := curl
 DEB_OF_$(NC_OPENBSD) := netcat-openbsd
-$(BUSYBOX) $(CURL) $(NC_OPENBSD):
+$(CURL) $(NC_OPENBSD):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@) || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@); }
 

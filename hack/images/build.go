@@ -84,7 +84,7 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 		return nil, fmt.Errorf("build busybox: %w", err)
 	}
 	busybox, err := newImage(imageSpec{
-		layers:  []layerSpec{{base, "busybox " + version + " from Debian's busybox-static"}},
+		layers:  []layerSpec{{base, "busybox " + version + " from Debian's source package"}},
 		config:  v1.Config{Cmd: []string{"sh"}, User: "0", Env: []string{defaultPath}},
 		version: version,
 	})
@@ -99,7 +99,7 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build agnhost: %w", err)
 	}
-	baseLayer := layerSpec{base, "busybox " + version + " from Debian's busybox-static"}
+	baseLayer := layerSpec{base, "busybox " + version + " from Debian's source package"}
 	nonroot, err := newImage(imageSpec{
 		layers: []layerSpec{baseLayer},
 		config: v1.Config{Cmd: []string{"sh"}, User: "1234", Env: []string{defaultPath}},
@@ -321,7 +321,7 @@ func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools map[string]st
 	}
 	return newImage(imageSpec{
 		layers: []layerSpec{
-			{base, "busybox " + busyboxVersion + " from Debian's busybox-static"},
+			{base, "busybox " + busyboxVersion + " from Debian's source package"},
 			{l, "agnhost from k8s.io/kubernetes test/images/agnhost"},
 		},
 		config: v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, User: "0", Env: []string{defaultPath}},

@@ -23,14 +23,14 @@ import (
 )
 
 // testInputs are the static binaries for a build: the host's busybox
-// (Debian's busybox-static, which make images-test installs) and a pause
+// (make bin/busybox, which make images-test builds) and a pause
 // built here, which also stands in for agnhost (building agnhost takes
 // minutes; make images does that).
 func testInputs(t *testing.T) inputs {
 	t.Helper()
-	const busybox = "/bin/busybox"
+	const busybox = "../../bin/busybox"
 	if err := checkStatic(busybox); err != nil {
-		t.Skipf("no static busybox (apt-get install busybox-static, or make images-test): %v", err)
+		t.Skipf("no static busybox (make bin/busybox, or make images-test): %v", err)
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {

@@ -61,7 +61,7 @@ func runBuild(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	var in inputs
 	dir := fs.String("dir", "", "directory of the OCI image layout to write (replaced as a whole)")
-	fs.StringVar(&in.busybox, "busybox", "/bin/busybox", "static busybox binary (Debian's busybox-static)")
+	fs.StringVar(&in.busybox, "busybox", besideSelf("busybox"), "static busybox binary (make bin/busybox)")
 	fs.StringVar(&in.agnhost, "agnhost", besideSelf("agnhost"), "static agnhost binary")
 	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
 	fs.StringVar(&in.nnp, "nnp", besideSelf("nnp"), "static nnp binary (k8s.io/kubernetes test/images/nonewprivs)")
