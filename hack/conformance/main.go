@@ -34,6 +34,7 @@ type options struct {
 	bin       string
 	images    string
 	procs     int
+	procsProc int
 	focus     string
 	skip      string
 	timeout   time.Duration
@@ -45,7 +46,8 @@ func run() error {
 	flag.StringVar(&o.out, "out", ".local/conformance", "directory for reports, logs and the clusters' state")
 	flag.StringVar(&o.bin, "bin", "bin", "directory of controlplane, nodelet, e2e.test, ginkgo, kube-proxy, coredns, images, containerd")
 	flag.StringVar(&o.images, "images", ".local/images", "the images directory of make images")
-	flag.IntVar(&o.procs, "procs", 4, "ginkgo processes running specs in parallel")
+	flag.IntVar(&o.procs, "procs", 10, "ginkgo processes running specs in parallel (the specs mostly wait)")
+	flag.IntVar(&o.procsProc, "process-procs", 30, "ginkgo processes for the process provider, whose specs of images mostly wait out the 5-minute pod start timeout")
 	flag.StringVar(&o.focus, "focus", "", "extra --ginkgo.focus regexp, ANDed with the conformance selection (empty: all of it)")
 	flag.StringVar(&o.skip, "skip", "", "extra --ginkgo.skip regexp, ORed with the listed skips")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo's timeout for one provider's run")
@@ -91,7 +93,7 @@ func run() error {
 			break
 		}
 	}
-	if err := writeSummary(filepath.Join(o.out, "summary.md"), reports); err != nil {
+	if err := writeSummary(o.out); err != nil {
 		failed = append(failed, err.Error())
 	}
 	for _, r := range reports {

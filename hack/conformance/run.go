@@ -23,21 +23,22 @@ import (
 	"github.com/nodelet/nodelet/test/conformance"
 )
 
-// report is one provider's run.
+// report is one provider's run, kept as report.json beside its JUnit
+// report so that the summary covers every provider's last run.
 type report struct {
-	provider string
-	summary  conformance.Summary
-	wall     time.Duration
-	starts   latency
-	leaks    []string
-	junit    string
+	Provider string
+	Machine  string
+	Date     time.Time
+	Summary  conformance.Summary
+	Starts   latency
+	Leaks    []string
 }
 
 func (r report) line() string {
-	s := fmt.Sprintf("%s: %s; pod start p50 %s p99 %s over %d pods", r.provider, r.summary,
-		r.starts.p50.Round(100*time.Millisecond), r.starts.p99.Round(100*time.Millisecond), r.starts.n)
-	if len(r.leaks) > 0 {
-		s += fmt.Sprintf("; LEFT BEHIND: %s", strings.Join(r.leaks, ", "))
+	s := fmt.Sprintf("%s: %s; pod start p50 %s p99 %s over %d pods", r.Provider, r.Summary,
+		r.Starts.P50.Round(100*time.Millisecond), r.Starts.P99.Round(100*time.Millisecond), r.Starts.N)
+	if len(r.Leaks) > 0 {
+		s += fmt.Sprintf("; LEFT BEHIND: %s", strings.Join(r.Leaks, ", "))
 	}
 	return s
 }
@@ -57,10 +58,12 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &report{provider: provider, junit: filepath.Join(dir, "junit_01.xml")}
+	r := &report{Provider: provider, Machine: machine(), Date: time.Now().UTC()}
+	junit := filepath.Join(dir, "junit_01.xml")
+	var wall time.Duration
 	runErr := func() error {
 		starts := watchPodStarts(ctx, c)
-		defer func() { r.starts = starts() }()
+		defer func() { r.Starts = starts() }()
 		kubectl := filepath.Join(dir, "kubectl")
 		script := fmt.Sprintf("#!/bin/sh\nexec %q kubectl \"$@\"\n", filepath.Join(o.bin, "controlplane"))
 		if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
@@ -84,7 +87,11 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		if o.focus != "" {
 			focus = "(?:" + focus + ").*(?:" + o.focus + ")|(?:" + o.focus + ").*(?:" + focus + ")"
 		}
-		args := []string{"--procs", fmt.Sprint(o.procs), "--timeout", o.timeout.String(), "--no-color",
+		procs := o.procs
+		if provider == "process" {
+			procs = o.procsProc
+		}
+		args := []string{"--procs", fmt.Sprint(procs), "--timeout", o.timeout.String(), "--no-color",
 			"--focus", focus, "--focus-file", conformance.FocusFile, "--skip", skip,
 			filepath.Join(o.bin, "e2e.test"), "--"}
 		args = append(args, conformance.E2EArgs(e2eOpts)...)
@@ -101,23 +108,26 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		// Interrupted, ginkgo stops the specs and still writes the report.
 		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 		cmd.WaitDelay = 2 * time.Minute
-		fmt.Printf("conformance: %s: running the suite (%d procs), log %s\n", provider, o.procs, log.Name())
+		fmt.Printf("conformance: %s: running the suite (%d procs), log %s\n", provider, procs, log.Name())
 		start := time.Now()
 		err = cmd.Run()
-		r.wall = time.Since(start)
+		wall = time.Since(start)
 		// ginkgo exits non-zero when a spec failed; the report says which.
-		if _, statErr := os.Stat(r.junit); statErr != nil {
+		if _, statErr := os.Stat(junit); statErr != nil {
 			return fmt.Errorf("ginkgo wrote no report (%v); see %s", err, log.Name())
 		}
 		return nil
 	}()
 	if runErr == nil {
-		r.summary, runErr = conformance.ReadJUnit(r.junit)
-		r.summary.Duration = r.wall
+		r.Summary, runErr = conformance.ReadJUnit(junit)
+		r.Summary.Duration = wall
 	}
-	r.leaks = c.leftBehind(ctx)
+	r.Leaks = c.leftBehind(ctx)
 	if err := c.stop(); err != nil {
 		runErr = errors.Join(runErr, err)
+	}
+	if runErr == nil {
+		runErr = r.save(filepath.Join(dir, "report.json"))
 	}
 	return r, runErr
 }
@@ -190,8 +200,8 @@ func (c *cluster) runtimeObjects(ctx context.Context) (sandboxes, containers []s
 // latency is the distribution of pod start latencies: from a pod's
 // creation to the first time it was seen Running.
 type latency struct {
-	n        int
-	p50, p99 time.Duration
+	N        int
+	P50, P99 time.Duration
 }
 
 // watchPodStarts watches every pod of the node until the returned function
@@ -237,37 +247,5 @@ func percentiles(all []time.Duration) latency {
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	at := func(q float64) time.Duration { return all[int(q*float64(len(all)-1)+0.5)] }
-	return latency{n: len(all), p50: at(0.5), p99: at(0.99)}
-}
-
-// writeSummary writes the table of the runs and every failure.
-func writeSummary(path string, reports []report) error {
-	var b strings.Builder
-	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "# Node conformance, %s (%s)\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), host)
-	fmt.Fprintln(&b, "| provider | passed | failed | skipped | duration | pod start p50 | pod start p99 |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|")
-	for _, r := range reports {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s |\n", r.provider, r.summary.Passed, r.summary.Failed,
-			r.summary.Skipped, r.summary.Duration.Round(time.Second), r.starts.p50.Round(100*time.Millisecond),
-			r.starts.p99.Round(100*time.Millisecond))
-	}
-	for _, r := range reports {
-		if f := r.summary.Failures(); len(f) > 0 {
-			fmt.Fprintf(&b, "\n## %s: failed\n\n", r.provider)
-			for _, name := range f {
-				fmt.Fprintf(&b, "- %s\n", name)
-			}
-		}
-		if len(r.leaks) > 0 {
-			fmt.Fprintf(&b, "\n## %s: left behind\n\n", r.provider)
-			for _, l := range r.leaks {
-				fmt.Fprintf(&b, "- %s\n", l)
-			}
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return latency{N: len(all), P50: at(0.5), P99: at(0.99)}
 }

@@ -225,4 +225,22 @@ func ReadJUnit(path string) (Summary, error) {
 	return s, nil
 }
 
+// Group is the group a spec belongs to, for tables: its SIG and the
+// capitalised words that open its text ("[sig-node] Probing container
+// [It] …" is "[sig-node] Probing").
+func Group(name string) string {
+	f := strings.Fields(name)
+	if len(f) == 0 {
+		return ""
+	}
+	out := []string{f[0]}
+	for _, w := range f[1:] {
+		if w == "" || w[0] < 'A' || w[0] > 'Z' {
+			break
+		}
+		out = append(out, w)
+	}
+	return strings.Join(out, " ")
+}
+
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

@@ -1,0 +1,60 @@
+package conformance
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+func TestReadJUnit(t *testing.T) {
+	const doc = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4">
+  <testsuite name="Kubernetes e2e suite" tests="4" time="42.5">
+    <testcase name="[SynchronizedBeforeSuite]" status="passed" time="1"></testcase>
+    <testcase name="[sig-node] Pods [It] should get a host IP [NodeConformance] [Conformance]" status="passed" time="3.5"></testcase>
+    <testcase name="[sig-storage] ConfigMap [It] should be consumable [NodeConformance]" status="failed" time="5">
+      <failure message="expected data-1" type="failed">boom</failure>
+    </testcase>
+    <testcase name="[sig-node] Lease [It] lease API [Conformance]" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+  </testsuite>
+</testsuites>`
+	path := filepath.Join(t.TempDir(), "junit_01.xml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := ReadJUnit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Passed != 1 || s.Failed != 1 || s.Skipped != 1 || s.Duration != 42500*time.Millisecond {
+		t.Errorf("summary %+v", s)
+	}
+	if f := s.Failures(); len(f) != 1 || Group(f[0]) != "[sig-storage] ConfigMap" {
+		t.Errorf("failures %v", f)
+	}
+	if g := Group("[sig-node] Container Runtime blackbox test [It] x"); g != "[sig-node] Container Runtime" {
+		t.Errorf("group %q", g)
+	}
+}
+
+func TestSelection(t *testing.T) {
+	skip := regexp.MustCompile(SkipRegexp())
+	for name, skipped := range map[string]bool{
+		"[sig-node] Pods [It] should get a host IP [NodeConformance] [Conformance]": false,
+		"[sig-node] Foo [Disruptive] [It] reboots [NodeConformance]":                 true,
+		"[sig-node] Bar [Feature:SidecarContainers] [It] x [NodeConformance]":        true,
+		"[sig-node] [FeatureGate:SidecarContainers] Baz [It] x [NodeConformance]":    false,
+	} {
+		if skip.MatchString(name) != skipped {
+			t.Errorf("%q: skipped %v, want %v", name, !skipped, skipped)
+		}
+	}
+	focus := regexp.MustCompile(SmokeFocus())
+	for _, name := range Smoke {
+		if !focus.MatchString("[sig-x] " + name + " [NodeConformance]") {
+			t.Errorf("the smoke focus does not match %q", name)
+		}
+	}
+}
