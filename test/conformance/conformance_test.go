@@ -43,9 +43,9 @@ func TestSelection(t *testing.T) {
 	skip := regexp.MustCompile(SkipRegexp())
 	for name, skipped := range map[string]bool{
 		"[sig-node] Pods [It] should get a host IP [NodeConformance] [Conformance]": false,
-		"[sig-node] Foo [Disruptive] [It] reboots [NodeConformance]":                 true,
-		"[sig-node] Bar [Feature:SidecarContainers] [It] x [NodeConformance]":        true,
-		"[sig-node] [FeatureGate:SidecarContainers] Baz [It] x [NodeConformance]":    false,
+		"[sig-node] Foo [Disruptive] [It] reboots [NodeConformance]":                true,
+		"[sig-node] Bar [Feature:SidecarContainers] [It] x [NodeConformance]":       true,
+		"[sig-node] [FeatureGate:SidecarContainers] Baz [It] x [NodeConformance]":   false,
 	} {
 		if skip.MatchString(name) != skipped {
 			t.Errorf("%q: skipped %v, want %v", name, !skipped, skipped)
