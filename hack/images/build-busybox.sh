@@ -4,8 +4,10 @@
 # and SHA-256, from deb.debian.org), configured as Debian's busybox-static
 # and with Debian's patches, except the one that reverts upstream's ash
 # keeping environment variables whose names are not shell identifiers
-# (the images the Kubernetes tests expect keep them). Reproducible: the
-# build tag is fixed.
+# (the images the Kubernetes tests expect keep them), and with the shell
+# finding commands through PATH before its own applets, as upstream's
+# default (so an image's curl or nc wins over busybox's). Reproducible:
+# the build tag is fixed.
 set -eu
 
 out=$1
@@ -43,7 +45,9 @@ cd "busybox-$version"
 for p in $patches; do
 	patch -p1 -s < "../debian/patches/$p"
 done
-cp ../debian/config/pkg/static .config
+sed -e 's/^CONFIG_FEATURE_SH_STANDALONE=y/# CONFIG_FEATURE_SH_STANDALONE is not set/' \
+	-e 's/^CONFIG_FEATURE_PREFER_APPLETS=y/# CONFIG_FEATURE_PREFER_APPLETS is not set/' \
+	../debian/config/pkg/static > .config
 yes "" | make oldconfig >/dev/null 2>&1
 SOURCE_DATE_EPOCH=0 make -j"$(nproc)" BB_EXTRA_VERSION="Debian $version-$debian source" >build.log 2>&1 ||
 	{ tail -40 build.log; exit 1; }
