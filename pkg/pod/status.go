@@ -131,6 +131,18 @@ func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.P
 	for _, cs := range status.ContainerStatuses {
 		containersReady = containersReady && cs.Ready
 	}
+	// Restartable init containers (sidecars) count as the containers do.
+	sidecars := map[string]bool{}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars[c.Name] = true
+		}
+	}
+	for _, cs := range status.InitContainerStatuses {
+		if sidecars[cs.Name] {
+			containersReady = containersReady && cs.Ready
+		}
+	}
 	ready := containersReady
 	gates := map[corev1.PodConditionType]bool{}
 	for _, cond := range conds {

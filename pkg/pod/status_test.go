@@ -66,6 +66,23 @@ func TestMergeStatus(t *testing.T) {
 		}
 	})
 
+	t.Run("Ready waits for an unready sidecar", func(t *testing.T) {
+		withSidecar := api.DeepCopy()
+		always := corev1.ContainerRestartPolicyAlways
+		withSidecar.Spec.InitContainers = []corev1.Container{{Name: "side", RestartPolicy: &always}}
+		reported := api.Status.DeepCopy()
+		reported.InitContainerStatuses = []corev1.ContainerStatus{{Name: "side", Ready: false,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		reported.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionFalse},
+			{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		got := mergeStatus(withSidecar, reported)
+		for _, typ := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+			if c := condition(got, typ); c == nil || c.Status != corev1.ConditionFalse {
+				t.Errorf("%s = %+v, want False while the sidecar is not ready", typ, c)
+			}
+		}
+	})
+
 	t.Run("Ready waits for readiness gates", func(t *testing.T) {
 		gated := api.DeepCopy()
 		gated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}
