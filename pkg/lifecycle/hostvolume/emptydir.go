@@ -19,18 +19,19 @@ func setUpEmptyDir(dir string, src *corev1.EmptyDirVolumeSource) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("create directory: %w", err)
 	}
+	// MkdirAll's mode is filtered by the umask.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return fmt.Errorf("chmod directory: %w", err)
+	}
 	if src.Medium == corev1.StorageMediumMemory {
-		opts := "mode=0777"
+		// A tmpfs's root is 1777 (sticky), as on the kubelet's nodes.
+		opts := "mode=1777"
 		if src.SizeLimit != nil && src.SizeLimit.Sign() > 0 {
 			opts += ",size=" + strconv.FormatInt(src.SizeLimit.Value(), 10)
 		}
 		if err := ensureTmpfs(dir, opts); err != nil {
 			return err
 		}
-	}
-	// MkdirAll's mode is filtered by the umask.
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return fmt.Errorf("chmod directory: %w", err)
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func checkSubPath(sub string) error {
 
 // resolveInside walks sub inside base one element at a time, following
 // symbolic links only while they stay inside base and creating missing
-// directories with base's permissions. It returns the resolved path.
+// directories with base's mode. It returns the resolved path.
 func resolveInside(base, sub string) (string, error) {
 	root, err := filepath.EvalSymlinks(base)
 	if err != nil {
@@ -112,7 +112,9 @@ func resolveInside(base, sub string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("volume path: %w", err)
 	}
-	perm := info.Mode().Perm()
+	// New directories take the volume's permissions, with its set-group-ID
+	// and sticky bits (fsGroup, tmpfs), as the kubelet makes them.
+	perm := info.Mode() & (fs.ModePerm | fs.ModeSetgid | fs.ModeSticky)
 
 	cur := root
 	for _, el := range strings.Split(filepath.ToSlash(sub), "/") {

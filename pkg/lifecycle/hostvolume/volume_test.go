@@ -729,6 +729,9 @@ func TestMemoryEmptyDir(t *testing.T) {
 	if mounted, err := isMountPoint(dir); err != nil || !mounted {
 		t.Fatalf("not mounted: %v", err)
 	}
+	if info, err := os.Stat(dir); err != nil || info.Mode()&os.ModeSticky == 0 || info.Mode().Perm() != 0o777 {
+		t.Errorf("tmpfs root mode %v (%v), want 1777 as the kubelet's", info.Mode(), err)
+	}
 	if _, err := f.m.SetUp(ctx, p); err != nil { // no second mount
 		t.Fatal(err)
 	}
@@ -784,4 +787,13 @@ func TestFSGroup(t *testing.T) {
 	}
 	check(filepath.Join(paths["s"], "data-1"), 0o440, false)
 	check(paths["e"], 0o777, true)
+
+	// A subPath directory made for a container takes the volume's mode,
+	// set-group-ID bit included.
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "e", MountPath: "/data", SubPath: "new/dir"}}
+	mounts, err := ContainerMounts(p, &p.Spec.Containers[0], paths, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(mounts[0].Source, 0o777, true)
 }
