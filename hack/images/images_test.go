@@ -91,7 +91,7 @@ func TestServePull(t *testing.T) {
 		files, notInRoot []string
 	}{
 		{repo: "library/busybox:latest", cmd: []string{"sh"}, user: "0",
-			files: []string{"bin/busybox", "bin/sh", "usr/bin/wget", "etc/passwd", "etc/group", "tmp"}},
+			files: []string{"bin/busybox", "bin/sh", "usr/bin/wget", "bin/wget", "bin/sysctl", "etc/passwd", "etc/group", "tmp"}},
 		{repo: "library/busybox:1.37", cmd: []string{"sh"}, user: "0"},
 		{repo: "e2e-test-images/busybox:1.37.0-1", cmd: []string{"sh"}, user: "0"},
 		{repo: "e2e-test-images/agnhost:2.63.0", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0",
