@@ -68,6 +68,11 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 				if !appsDone {
 					soonest(w.restartAfterBackOff(ctx, pod, c, st))
 				}
+				if !startedAfter(pod, i, w.sandbox) {
+					// Exited before the pod got further: what follows
+					// waits for it to run again and start.
+					return next
+				}
 			}
 			continue
 		}
@@ -168,6 +173,22 @@ func resizeNeedsRestart(c *corev1.Container, applied *corev1.ResourceRequirement
 			return ok != had || q.Cmp(o) != 0
 		}
 		if changed(c.Resources.Requests, applied.Requests) || changed(c.Resources.Limits, applied.Limits) {
+			return true
+		}
+	}
+	return false
+}
+
+// startedAfter says whether a container after the i-th init container, init
+// or regular, ever ran.
+func startedAfter(pod *corev1.Pod, i int, sb Sandbox) bool {
+	for _, c := range pod.Spec.InitContainers[i+1:] {
+		if _, ok := sb.Container(c.Name); ok {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		if _, ok := sb.Container(c.Name); ok {
 			return true
 		}
 	}

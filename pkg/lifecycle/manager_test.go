@@ -35,6 +35,8 @@ type fakeRuntime struct {
 	down atomic.Bool
 	// noResize makes UpdateResources unsupported, as the process runtime.
 	noResize bool
+	// crash names containers that exit 1 as soon as they start.
+	crash map[string]bool
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -123,11 +125,15 @@ func (s *fakeSandbox) Previous(name string) (ContainerStatus, bool) {
 }
 
 func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
-	s.mu.Lock()
-	s.attempts[spec.Container.Name] = append(s.attempts[spec.Container.Name], ContainerStatus{
+	st := ContainerStatus{
 		Name: spec.Container.Name, Attempt: spec.Attempt, ID: fmt.Sprintf("fake://%s/%d", spec.Container.Name, spec.Attempt),
 		State: StateRunning, StartedAt: time.Now(),
-	})
+	}
+	if s.rt.crash[spec.Container.Name] {
+		st.State, st.ExitCode, st.FinishedAt, st.Reason = StateExited, 1, time.Now(), ReasonError
+	}
+	s.mu.Lock()
+	s.attempts[spec.Container.Name] = append(s.attempts[spec.Container.Name], st)
 	s.mu.Unlock()
 	s.rt.record("start " + spec.Container.Name)
 	return nil
@@ -391,5 +397,34 @@ func TestResizeInPlace(t *testing.T) {
 				t.Errorf("restarts %d, runtime saw %v; want restart %v", restarts, events, tt.wantRestart)
 			}
 		})
+	}
+}
+
+// A sidecar that exits before the pod got further holds the next init
+// container back until it runs again, as the kubelet's.
+func TestCrashedSidecarHoldsInitialization(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	f.rt.crash = map[string]bool{"side": true}
+	always := corev1.ContainerRestartPolicyAlways
+	pod := testPod("hold", corev1.PodSpec{
+		InitContainers: []corev1.Container{
+			{Name: "side", Image: "i", RestartPolicy: &always},
+			{Name: "init", Image: "i"},
+		},
+		Containers: []corev1.Container{{Name: "app", Image: "i"}},
+	})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "sidecar backing off", func() (bool, string) {
+		s := f.status("hold")
+		if len(s.InitContainerStatuses) == 0 {
+			return false, "no status"
+		}
+		w := s.InitContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "CrashLoopBackOff", fmt.Sprintf("%+v", s.InitContainerStatuses[0].State)
+	})
+	if events := f.rt.recorded(); slices.Contains(events, "start init") || slices.Contains(events, "start app") {
+		t.Errorf("runtime saw %v: nothing may start after a sidecar that exited during initialization", events)
 	}
 }
