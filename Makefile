@@ -83,12 +83,15 @@ IMAGES_GOFLAGS := -trimpath -ldflags "-s -w"
 images: $(IMAGES_DIR)/index.json
 
 # agnhost also carries Debian's curl and netcat-openbsd with their shared
-# libraries, as upstream's image has them (the networking tests run them).
+# libraries, and porter's TLS certificate and key from its source, as
+# upstream's image has them (the networking and hook tests use them).
 CURL := /usr/bin/curl
 NC_OPENBSD := /bin/nc.openbsd
 $(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause bin/nnp $(BUSYBOX) $(CURL) $(NC_OPENBSD)
+	porter=$$(cd hack/images && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter; \
 	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause --nnp bin/nnp \
-		--tool usr/bin/curl=$(CURL) --tool usr/bin/nc=$(NC_OPENBSD)
+		--tool usr/bin/curl=$(CURL) --tool usr/bin/nc=$(NC_OPENBSD) \
+		--file localhost.crt=$$porter/localhost.crt --file localhost.key=$$porter/localhost.key
 
 bin/images: $(filter-out %_test.go,$(wildcard hack/images/*.go)) hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/images .

@@ -63,6 +63,9 @@ type inputs struct {
 	// to agnhost with the shared libraries they load, as upstream's image
 	// has them: image path → host path.
 	tools map[string]string
+	// files are host files added to agnhost as they are (porter's TLS
+	// certificate and key): image path → host path.
+	files map[string]string
 }
 
 // built is one reference that build wrote.
@@ -96,7 +99,7 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build pause: %w", err)
 	}
-	agnhost, err := agnhostImage(base, version, in.agnhost, in.tools, pause)
+	agnhost, err := agnhostImage(base, version, in.agnhost, in.tools, in.files, pause)
 	if err != nil {
 		return nil, fmt.Errorf("build agnhost: %w", err)
 	}
@@ -298,8 +301,13 @@ func busyboxVersion(banner []byte) string {
 // it: /agnhost (and /agnhost-2, for the entrypoint tests), /uploads for
 // netexec, and the user and group that the supplemental groups tests expect
 // in the image.
-func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools map[string]string, pause v1.Image) (v1.Image, error) {
+func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools, files map[string]string, pause v1.Image) (v1.Image, error) {
 	fs := rootfs{}
+	for name, src := range files {
+		if err := fs.copy(name, 0o644, src); err != nil {
+			return nil, err
+		}
+	}
 	if err := fakeRegistry(fs, pause, "pause", "testing"); err != nil {
 		return nil, err
 	}

@@ -43,7 +43,8 @@ func testInputs(t *testing.T) inputs {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
 	// A dynamic host binary stands in for curl and nc.
-	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, tools: map[string]string{"usr/bin/true": "/bin/true"}}
+	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, tools: map[string]string{"usr/bin/true": "/bin/true"},
+		files: map[string]string{"localhost.crt": "/etc/hostname"}}
 }
 
 func TestBuildIsReproducible(t *testing.T) {
@@ -96,7 +97,7 @@ func TestServePull(t *testing.T) {
 		{repo: "e2e-test-images/busybox:1.37.0-1", cmd: []string{"sh"}, user: "0"},
 		{repo: "e2e-test-images/agnhost:2.63.0", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0",
 			files: []string{"agnhost", "agnhost-2", "uploads", "bin/sh", "usr/bin/true", "lib64/ld-linux-x86-64.so.2",
-				"var/registry/pause/manifests/testing"}},
+				"var/registry/pause/manifests/testing", "localhost.crt"}},
 		{repo: "pause:3.10.2", entrypoint: []string{"/pause"}, user: "65535:65535",
 			files: []string{"pause"}, notInRoot: []string{"bin/sh"}},
 		{repo: "e2e-test-images/agnhost:2.55", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0"},

@@ -2,7 +2,7 @@
 // and serves them as an OCI distribution registry on loopback, since no
 // registry outside is reachable from where the tests run.
 //
-//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]...
+//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
 //	images serve --dir DIR [--listen 127.0.0.1:PORT] [--auth USER:PASSWORD] [--ready-file FILE]
 //
 // build writes an OCI image layout at DIR, each image named by its full
@@ -37,7 +37,7 @@ func main() {
 }
 
 const usage = `usage:
-  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]...
+  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
   images serve --dir DIR [--listen ADDR] [--auth USER:PASSWORD] [--ready-file FILE]`
 
 func run(ctx context.Context, args []string) error {
@@ -65,7 +65,15 @@ func runBuild(ctx context.Context, args []string) error {
 	fs.StringVar(&in.agnhost, "agnhost", besideSelf("agnhost"), "static agnhost binary")
 	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
 	fs.StringVar(&in.nnp, "nnp", besideSelf("nnp"), "static nnp binary (k8s.io/kubernetes test/images/nonewprivs)")
-	in.tools = map[string]string{}
+	in.tools, in.files = map[string]string{}, map[string]string{}
+	fs.Func("file", "IMAGE-PATH=HOST-PATH: a host file added to agnhost (repeatable)", func(v string) error {
+		name, src, ok := strings.Cut(v, "=")
+		if !ok || name == "" || src == "" {
+			return fmt.Errorf("want IMAGE-PATH=HOST-PATH, got %q", v)
+		}
+		in.files[name] = src
+		return nil
+	})
 	fs.Func("tool", "IMAGE-PATH=HOST-PATH: a host executable added to agnhost with its shared libraries (repeatable)", func(v string) error {
 		name, src, ok := strings.Cut(v, "=")
 		if !ok || name == "" || src == "" {
