@@ -102,7 +102,9 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 		}
 		w.syncProbes(ctx, pod, c, st)
 		if st.State == StateRunning {
-			w.resize(ctx, pod, c, st)
+			if !w.restartForImage(ctx, pod, c, st) {
+				w.resize(ctx, pod, c, st)
+			}
 		} else if restarts(pod, c, false, st.ExitCode) {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
 		}
@@ -158,6 +160,30 @@ func (w *podWorker) resize(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 		return
 	}
 	w.startContainer(ctx, pod, c, st.Attempt+1)
+}
+
+// restartForImage restarts a running container whose spec now names
+// another image than it was started with, as the kubelet does; its back-off
+// starts over.
+func (w *podWorker) restartForImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) bool {
+	w.mu.Lock()
+	cs := w.containerLocked(c.Name)
+	changed := cs.image != "" && cs.image != c.Image
+	if changed {
+		cs.backOffFrom = st.Attempt + 1
+	}
+	w.mu.Unlock()
+	if !changed {
+		return false
+	}
+	w.logger(ctx).V(2).Info("Restarting container for its new image", "container", c.Name, "image", c.Image)
+	w.event(corev1.EventTypeNormal, "Killing", "Container %s definition changed, will be restarted", c.Name)
+	if err := w.sandbox.StopContainer(ctx, c.Name, gracePeriod(pod)); err != nil {
+		w.logger(ctx).Error(err, "Stopping container for its new image failed", "container", c.Name)
+		return true
+	}
+	w.startContainer(ctx, pod, c, st.Attempt+1)
+	return true
 }
 
 // resizeNeedsRestart says whether a resource that changed from applied
@@ -249,7 +275,17 @@ func (w *podWorker) hasStarted(name string) bool {
 // restartAfterBackOff restarts an exited container once its back-off has
 // passed; until then it waits in CrashLoopBackOff.
 func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) time.Duration {
-	d := backOff(&st)
+	w.mu.Lock()
+	cs := w.containerLocked(c.Name)
+	if cs.image != "" && cs.image != c.Image {
+		// A new image: the back-off starts over, as the kubelet's.
+		cs.backOffFrom = st.Attempt + 1
+		w.mu.Unlock()
+		return w.startContainer(ctx, pod, c, st.Attempt+1)
+	}
+	from := cs.backOffFrom
+	w.mu.Unlock()
+	d := backOff(&st, from)
 	at := st.FinishedAt.Add(d)
 	if wait := at.Sub(w.deps.clock.Now()); wait > 0 {
 		w.mu.Lock()
@@ -307,6 +343,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	cs.waitingReason, cs.waitingMessage, cs.warned = "", "", ""
 	cs.started, cs.ready = false, false
 	cs.applied = c.Resources.DeepCopy()
+	cs.image = c.Image
 	w.mu.Unlock()
 	if err := sb.StartContainer(ctx, spec); err != nil {
 		var we *WaitError

@@ -428,3 +428,32 @@ func TestCrashedSidecarHoldsInitialization(t *testing.T) {
 		t.Errorf("runtime saw %v: nothing may start after a sidecar that exited during initialization", events)
 	}
 }
+
+// A new image in the spec restarts the running container with it.
+func TestImageUpdateRestartsTheContainer(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("img", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "v1"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "running", func() (bool, string) {
+		s := f.status("img")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	updated := pod.DeepCopy()
+	updated.Spec.Containers[0].Image = "v2"
+	if err := f.m.UpdatePod(context.Background(), updated); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "restarted with v2", func() (bool, string) {
+		s := f.status("img")
+		if len(s.ContainerStatuses) != 1 {
+			return false, "no status"
+		}
+		cs := s.ContainerStatuses[0]
+		return cs.RestartCount == 1 && cs.State.Running != nil && cs.Image == "v2", fmt.Sprintf("%+v", cs)
+	})
+	if got := f.rt.recorded(); !slices.Equal(got, []string{"start app", "stop app", "start app"}) {
+		t.Errorf("runtime saw %v", got)
+	}
+}

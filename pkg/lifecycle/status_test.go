@@ -228,7 +228,7 @@ func TestBackOff(t *testing.T) {
 		{10, 11 * time.Minute, 10 * time.Second}, // a long run resets it
 	} {
 		st := &ContainerStatus{Attempt: tt.attempt, StartedAt: t0, FinishedAt: t0.Add(tt.ran)}
-		if got := backOff(st); got != tt.want {
+		if got := backOff(st, 0); got != tt.want {
 			t.Errorf("backOff(attempt %d, ran %s) = %s, want %s", tt.attempt, tt.ran, got, tt.want)
 		}
 	}

@@ -37,13 +37,14 @@ const (
 )
 
 // backOff is the wait before the restart of a container that exited after
-// the run st, its attempt-th restart.
-func backOff(st *ContainerStatus) time.Duration {
+// the run st, its attempt-th restart; the back-off counts the attempts since
+// the from-th, when the container's spec last changed.
+func backOff(st *ContainerStatus, from int) time.Duration {
 	if st.FinishedAt.Sub(st.StartedAt) >= backOffReset {
 		return initialBackOff
 	}
 	d := initialBackOff
-	for i := 0; i < st.Attempt && d < maxBackOff; i++ {
+	for i := from; i < st.Attempt && d < maxBackOff; i++ {
 		d *= 2
 	}
 	return min(d, maxBackOff)
@@ -122,6 +123,12 @@ type containerState struct {
 	probeCancel    context.CancelFunc
 	started, ready bool
 	hasStartup     bool
+	// image is the image the agent last started the container with ("" for
+	// an attempt it did not start); a new image in the spec restarts the
+	// container at once, and its back-off counts from backOffFrom, the
+	// first attempt of that image.
+	image       string
+	backOffFrom int
 	// applied are the resources the running attempt has: the spec's when
 	// it started, then each in-place resize's. Nil when not known (an
 	// attempt the agent did not start): its spec's are assumed.
