@@ -152,6 +152,7 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.ContainerRuntimeEndpoint, "container-runtime-endpoint", cfg.ContainerRuntimeEndpoint, "cri provider: the container runtime's CRI socket")
 	fs.StringSliceVar(&cfg.ClusterDNS, "cluster-dns", cfg.ClusterDNS, "cri provider: cluster DNS server addresses, comma-separated")
 	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", cfg.ClusterDomain, "cri provider: the cluster's DNS domain")
+	fs.StringSliceVar(&cfg.AllowedUnsafeSysctls, "allowed-unsafe-sysctls", cfg.AllowedUnsafeSysctls, "sysctls beyond the safe set that pods may set (names or prefixes ending in *), comma-separated")
 	fs.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "cri provider: directory of the containers' logs")
 	fs.StringVar(&cfg.RootDir, "root-dir", cfg.RootDir, "process provider: directory of the pods' state, volumes and logs")
 	fs.Int32Var(&cfg.MaxPods, "max-pods", cfg.MaxPods, "process provider: the node's pod capacity")

@@ -79,6 +79,7 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 	host := hostnode.Options{
 		NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
 		Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
+		AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls,
 	}
 	parts := lifecycle.Parts{
 		Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration,

@@ -128,6 +128,10 @@ type Config struct {
 	// with (cri provider); ResolvConf is the host's resolver configuration
 	// that pods with dnsPolicy Default get.
 	ClusterDNS    []string `json:"clusterDNS,omitempty"`
+	// AllowedUnsafeSysctls are the sysctls beyond the kubelet's safe set
+	// that pods may set (process and cri providers): names, or prefixes
+	// ending in "*"; a pod setting any other is rejected SysctlForbidden.
+	AllowedUnsafeSysctls []string `json:"allowedUnsafeSysctls,omitempty"`
 	ClusterDomain string   `json:"clusterDomain,omitempty"`
 	ResolvConf    string   `json:"resolvConf,omitempty"`
 	// PodLogsDir holds the cri provider's container logs,
@@ -474,6 +478,11 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	if c.RuntimeRequestTimeout.Duration <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("runtimeRequestTimeout"), c.RuntimeRequestTimeout.Duration.String(), "must be greater than 0"))
+	}
+	for i, s := range c.AllowedUnsafeSysctls {
+		if s == "" || strings.Contains(strings.TrimSuffix(s, "*"), "*") {
+			errs = append(errs, field.Invalid(field.NewPath("allowedUnsafeSysctls").Index(i), s, `must be a sysctl name, or a prefix ending in "*"`))
+		}
 	}
 	for i, ip := range c.ClusterDNS {
 		if net.ParseIP(ip) == nil {

@@ -40,6 +40,10 @@ type Options struct {
 	MaxPods int64
 	// Version is the kubelet version in nodeInfo.
 	Version string
+	// AllowedUnsafeSysctls are the sysctls (or prefixes, ending in "*")
+	// beyond the safe set that pods may set (the kubelet's
+	// allowedUnsafeSysctls).
+	AllowedUnsafeSysctls []string
 }
 
 // Host is the node, read from the host once.

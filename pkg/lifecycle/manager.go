@@ -61,6 +61,9 @@ type Options struct {
 	// Allocatable is the node's allocatable resources, which pods are
 	// admitted against and which the downward API reports as limits.
 	Allocatable func() corev1.ResourceList
+	// AllowedUnsafeSysctls are the sysctls beyond the safe set that pods
+	// may set (names, or prefixes ending in "*").
+	AllowedUnsafeSysctls []string
 	// Clock drives back-off, deadlines and probes; default the real clock.
 	Clock clock.WithTicker
 	// CleanUpPeriod is how often what pods that are gone left behind (their
@@ -342,6 +345,9 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	if err := provider.AdmitOS(pod); err != nil {
+		return err
+	}
+	if err := provider.AdmitSysctls(pod, m.opts.AllowedUnsafeSysctls); err != nil {
 		return err
 	}
 	if err := provider.Admit(m.opts.Allocatable(), provider.PodRequests(pod), used, count); err != nil {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"strings"
 )
 
 // Requests is what one pod asks of the node, in the units of the kubelet's
@@ -83,6 +84,71 @@ func PodRequests(pod *corev1.Pod) Requests {
 func AdmitOS(pod *corev1.Pod) error {
 	if pod.Spec.OS != nil && pod.Spec.OS.Name != corev1.Linux {
 		return Reject("PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS: pod asks for %s, node runs %s", pod.Spec.OS.Name, corev1.Linux)
+	}
+	return nil
+}
+
+// safeSysctls are the sysctls every pod may set, as the kubelet's: they are
+// namespaced and cannot harm other pods or the node.
+var safeSysctls = map[string]bool{
+	"kernel.shm_rmid_forced":              true,
+	"net.ipv4.ip_local_port_range":        true,
+	"net.ipv4.tcp_syncookies":             true,
+	"net.ipv4.ping_group_range":           true,
+	"net.ipv4.ip_unprivileged_port_start": true,
+	"net.ipv4.ip_local_reserved_ports":    true,
+	"net.ipv4.tcp_keepalive_time":         true,
+	"net.ipv4.tcp_fin_timeout":            true,
+	"net.ipv4.tcp_keepalive_intvl":        true,
+	"net.ipv4.tcp_keepalive_probes":       true,
+	"net.ipv4.tcp_rmem":                   true,
+	"net.ipv4.tcp_wmem":                   true,
+}
+
+// SysctlDots writes a sysctl name with dots as separators, as the kubelet
+// reads "kernel/shm_rmid_forced": when the first separator is a slash,
+// slashes and dots swap.
+func SysctlDots(name string) string {
+	i := strings.IndexAny(name, "./")
+	if i < 0 || name[i] == '.' {
+		return name
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '.':
+			return '/'
+		case '/':
+			return '.'
+		}
+		return r
+	}, name)
+}
+
+// AdmitSysctls rejects, like the kubelet, a pod that sets a sysctl outside
+// the safe set and allowed (names, or prefixes ending in "*"), and a pod on
+// the host's network or IPC namespace that sets one of that namespace.
+func AdmitSysctls(pod *corev1.Pod, allowed []string) error {
+	sc := pod.Spec.SecurityContext
+	if sc == nil {
+		return nil
+	}
+	for _, s := range sc.Sysctls {
+		name := SysctlDots(s.Name)
+		ok := safeSysctls[name]
+		for _, a := range allowed {
+			if a == name || strings.HasSuffix(a, "*") && strings.HasPrefix(name, strings.TrimSuffix(a, "*")) {
+				ok = true
+			}
+		}
+		if !ok {
+			return Reject("SysctlForbidden", "forbidden sysctl: %q not allowlisted", s.Name)
+		}
+		if pod.Spec.HostNetwork && strings.HasPrefix(name, "net.") {
+			return Reject("SysctlForbidden", "forbidden sysctl: %q not allowed with host net enabled", s.Name)
+		}
+		if pod.Spec.HostIPC && (strings.HasPrefix(name, "kernel.shm") || strings.HasPrefix(name, "kernel.msg") || strings.HasPrefix(name, "kernel.sem") || strings.HasPrefix(name, "fs.mqueue.")) {
+			return Reject("SysctlForbidden", "forbidden sysctl: %q not allowed with host ipc enabled", s.Name)
+		}
 	}
 	return nil
 }

@@ -151,6 +151,7 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
+		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cri provider: %w", err)

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	netutils "k8s.io/utils/net"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // sandboxParams are the inputs of a pod's sandbox configuration that the
@@ -64,7 +66,7 @@ func sandboxConfig(pod *corev1.Pod, node nodeSettings, p sandboxParams) (*runtim
 	sysctls := map[string]string{}
 	if pod.Spec.SecurityContext != nil {
 		for _, s := range pod.Spec.SecurityContext.Sysctls {
-			sysctls[s.Name] = s.Value
+			sysctls[provider.SysctlDots(s.Name)] = s.Value
 		}
 	}
 	resources, overhead := sandboxResources(pod, node)
