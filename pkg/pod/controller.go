@@ -75,6 +75,11 @@ type Controller struct {
 	// known maps a pod key to its *podRecord, so that a pod gone from the
 	// API can still be found and stopped.
 	known sync.Map
+	// finals maps a pod key to the final status (*corev1.Pod) its provider
+	// reported when the pod terminated, which is written before the pod is
+	// deleted from the API: the provider may have forgotten the pod by
+	// the time it is synced.
+	finals sync.Map
 
 	synced chan struct{}
 }
@@ -192,7 +197,11 @@ func (c *Controller) Run(ctx context.Context) error {
 		if n, ok := p.(provider.PodNotifier); ok {
 			n.NotifyPods(ctx, func(pod *corev1.Pod) {
 				logger.V(4).Info("Provider reported a status", "pod", klog.KObj(pod), "phase", pod.Status.Phase)
-				c.queue.Add(pod.Namespace + "/" + pod.Name)
+				key := pod.Namespace + "/" + pod.Name
+				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+					c.finals.Store(key, pod)
+				}
+				c.queue.Add(key)
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package pod
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodelet/nodelet/pkg/provider"
@@ -83,6 +85,12 @@ func (f *fakeProvider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	cb := f.notify
 	f.mu.Unlock()
 	if ok && cb != nil {
+		// Its final status: the container ended with SIGTERM.
+		p.Status.Phase = corev1.PodFailed
+		for i := range p.Status.ContainerStatuses {
+			p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, Reason: "Error"}}
+			p.Status.ContainerStatuses[i].Ready = false
+		}
 		cb(p)
 	}
 	return nil
@@ -237,5 +245,36 @@ func TestMetadataChangeReachesTheProvider(t *testing.T) {
 			return err == nil && p.updateCount() == i+1 &&
 				equality.Semantic.DeepEqual(got.Labels, pod.Labels) && equality.Semantic.DeepEqual(got.Annotations, pod.Annotations)
 		})
+	}
+}
+
+// The final status a provider reports once a deleted pod's containers have
+// stopped is written before the pod is deleted from the API, as the
+// kubelet does: a pod a finalizer keeps shows how its containers ended.
+func TestFinalStatusIsWrittenBeforeTheDelete(t *testing.T) {
+	running := testPod("a", "n", runningStatus)
+	p := newFakeProvider(running.DeepCopy())
+	deleting := running.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	client := startController(t, p, deleting)
+	eventually(t, "pod deleted from the API", func() bool {
+		_, err := getPod(client, "p")
+		return apierrors.IsNotFound(err)
+	})
+	var order []string
+	for _, a := range client.Actions() {
+		switch {
+		case a.GetVerb() == "patch" && a.GetSubresource() == "status":
+			patch := string(a.(k8stesting.PatchAction).GetPatch())
+			if strings.Contains(patch, `"terminated"`) {
+				order = append(order, "final status")
+			}
+		case a.GetVerb() == "delete":
+			order = append(order, "delete")
+		}
+	}
+	if len(order) < 2 || order[0] != "final status" || order[1] != "delete" {
+		t.Errorf("API writes %v, want the final status, then the delete", order)
 	}
 }

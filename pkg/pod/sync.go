@@ -92,6 +92,7 @@ func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) 
 	provPod, err := p.GetPod(ctx, namespace, name)
 	if errors.Is(err, provider.ErrNotFound) {
 		c.known.Delete(key)
+		c.finals.Delete(key)
 		return nil
 	}
 	if err != nil {
@@ -111,6 +112,17 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 	case nothing:
 		return nil
 	case finishDel:
+		// The final status first, as the kubelet writes it: a pod kept by
+		// a finalizer shows how its containers ended.
+		key := pod.Namespace + "/" + pod.Name
+		if v, ok := c.finals.LoadAndDelete(key); ok {
+			if final := v.(*corev1.Pod); final.UID == pod.UID {
+				if err := c.updateStatus(ctx, rec, pod, &final.Status); err != nil {
+					c.finals.Store(key, final)
+					return err
+				}
+			}
+		}
 		return c.finishDeletion(ctx, pod)
 	case restorePod:
 		if err := restorer.RestorePod(ctx, pod); err != nil {
