@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/test/conformance"
 )
@@ -48,6 +52,15 @@ func TestConformanceSmoke(t *testing.T) {
 		t.Fatalf("e2e.test wrote no report (%v, exit %v):\n%s", readErr, err, lastLines(string(out), 80))
 	}
 	t.Logf("conformance smoke set: %s", summary)
+	// The suite deletes its namespaces as it goes; their pods must be gone
+	// from the node before the agent stops, or the leak check finds them.
+	eventually(t, 3*time.Minute, "the suite's pods gone from the node", func() (bool, string) {
+		pods, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=conformance-smoke"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods left", len(pods.Items))
+	})
 	if f := summary.Failures(); len(f) > 0 {
 		t.Errorf("failed:\n  %s\n%s", strings.Join(f, "\n  "), lastLines(string(out), 150))
 	}
