@@ -457,3 +457,31 @@ func TestImageUpdateRestartsTheContainer(t *testing.T) {
 		t.Errorf("runtime saw %v", got)
 	}
 }
+
+// A terminating pod's containers are reported not ready while they still
+// run (here in their preStop hook), as the kubelet's.
+func TestTerminatingPodIsNotReady(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("term", corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "app", Image: "i",
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}},
+	}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", func() (bool, string) {
+		s := f.status("term")
+		return len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].Ready, fmt.Sprintf("%+v", s.ContainerStatuses)
+	})
+	deleting := pod.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	if err := f.m.DeletePod(context.Background(), deleting); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "not ready while still running", func() (bool, string) {
+		s := f.status("term")
+		cs := s.ContainerStatuses[0]
+		return !cs.Ready && cs.State.Running != nil, fmt.Sprintf("%+v", cs)
+	})
+}

@@ -78,7 +78,8 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 		}
 		kill = r == probe.Failure
 	case "liveness":
-		kill = r == probe.Failure
+		// Liveness no longer counts once the pod is terminating.
+		kill = r == probe.Failure && !w.deleting
 	case "readiness":
 		cs.ready = r == probe.Success && cs.started
 	}

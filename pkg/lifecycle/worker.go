@@ -263,6 +263,7 @@ func (w *podWorker) sync(ctx context.Context) time.Duration {
 	deleting := w.deleting
 	w.mu.Unlock()
 	if deleting {
+		w.report() // not ready while it terminates
 		if err := w.terminate(ctx); err != nil {
 			w.logger(ctx).Error(err, "Terminating pod failed; retrying")
 			return retryAfter
@@ -307,7 +308,9 @@ func (w *podWorker) viewLocked() *podView {
 		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
 		cs := w.containerLocked(c.Name)
 		cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
-		cv.started, cv.ready, cv.applied = cs.started, cs.ready, cs.applied
+		// A terminating pod's containers are not ready, as the kubelet
+		// reports them, whatever their readiness probes said last.
+		cv.started, cv.ready, cv.applied = cs.started, cs.ready && !w.deleting, cs.applied
 		if w.sandbox != nil {
 			if st, ok := w.sandbox.Container(c.Name); ok {
 				cv.latest = &st
