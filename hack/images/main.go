@@ -66,22 +66,8 @@ func runBuild(ctx context.Context, args []string) error {
 	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
 	fs.StringVar(&in.nnp, "nnp", besideSelf("nnp"), "static nnp binary (k8s.io/kubernetes test/images/nonewprivs)")
 	in.tools, in.files = map[string]string{}, map[string]string{}
-	fs.Func("file", "IMAGE-PATH=HOST-PATH: a host file added to agnhost (repeatable)", func(v string) error {
-		name, src, ok := strings.Cut(v, "=")
-		if !ok || name == "" || src == "" {
-			return fmt.Errorf("want IMAGE-PATH=HOST-PATH, got %q", v)
-		}
-		in.files[name] = src
-		return nil
-	})
-	fs.Func("tool", "IMAGE-PATH=HOST-PATH: a host executable added to agnhost with its shared libraries (repeatable)", func(v string) error {
-		name, src, ok := strings.Cut(v, "=")
-		if !ok || name == "" || src == "" {
-			return fmt.Errorf("want IMAGE-PATH=HOST-PATH, got %q", v)
-		}
-		in.tools[name] = src
-		return nil
-	})
+	fs.Func("file", "IMAGE-PATH=HOST-PATH: a host file added to agnhost (repeatable)", pathPair(in.files))
+	fs.Func("tool", "IMAGE-PATH=HOST-PATH: a host executable added to agnhost with its shared libraries (repeatable)", pathPair(in.tools))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,4 +114,16 @@ func besideSelf(name string) string {
 		return name
 	}
 	return filepath.Join(filepath.Dir(exe), name)
+}
+
+// pathPair parses a flag's IMAGE-PATH=HOST-PATH into m.
+func pathPair(m map[string]string) func(string) error {
+	return func(v string) error {
+		name, src, ok := strings.Cut(v, "=")
+		if !ok || name == "" || src == "" {
+			return fmt.Errorf("want IMAGE-PATH=HOST-PATH, got %q", v)
+		}
+		m[name] = src
+		return nil
+	}
 }
