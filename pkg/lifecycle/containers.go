@@ -154,9 +154,16 @@ func (w *podWorker) resize(ctx context.Context, pod *corev1.Pod, c *corev1.Conta
 			return
 		}
 	}
-	logger.V(2).Info("Restarting container to resize it")
+	w.restartNow(ctx, pod, c, st, "to resize it")
+}
+
+// restartNow stops the running attempt of a container and starts the next
+// at once, without back-off; why is logged.
+func (w *podWorker) restartNow(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus, why string) {
+	logger := w.logger(ctx).WithValues("container", c.Name)
+	logger.V(2).Info("Restarting container " + why)
 	if err := w.sandbox.StopContainer(ctx, c.Name, gracePeriod(pod)); err != nil {
-		logger.Error(err, "Stopping container to resize it failed")
+		logger.Error(err, "Stopping container failed; restarting it "+why+" later")
 		return
 	}
 	w.startContainer(ctx, pod, c, st.Attempt+1)
@@ -176,13 +183,8 @@ func (w *podWorker) restartForImage(ctx context.Context, pod *corev1.Pod, c *cor
 	if !changed {
 		return false
 	}
-	w.logger(ctx).V(2).Info("Restarting container for its new image", "container", c.Name, "image", c.Image)
 	w.event(corev1.EventTypeNormal, "Killing", "Container %s definition changed, will be restarted", c.Name)
-	if err := w.sandbox.StopContainer(ctx, c.Name, gracePeriod(pod)); err != nil {
-		w.logger(ctx).Error(err, "Stopping container for its new image failed", "container", c.Name)
-		return true
-	}
-	w.startContainer(ctx, pod, c, st.Attempt+1)
+	w.restartNow(ctx, pod, c, st, "for its new image "+c.Image)
 	return true
 }
 
