@@ -126,7 +126,8 @@ type Result struct {
 	Failure  string
 }
 
-// Summary counts the results of a run.
+// Summary counts the results of a run. Skipped counts every spec of the
+// suite that did not run: those outside the selection too.
 type Summary struct {
 	Passed, Failed, Skipped int
 	Duration                time.Duration
@@ -146,7 +147,7 @@ func (s Summary) Failures() []string {
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("passed %d, failed %d, skipped %d in %s", s.Passed, s.Failed, s.Skipped, s.Duration.Round(time.Second))
+	return fmt.Sprintf("passed %d, failed %d of %d run in %s", s.Passed, s.Failed, s.Passed+s.Failed, s.Duration.Round(time.Second))
 }
 
 type junitSuites struct {
