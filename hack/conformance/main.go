@@ -51,7 +51,16 @@ func run() error {
 	flag.StringVar(&o.focus, "focus", "", "extra --ginkgo.focus regexp, ANDed with the conformance selection (empty: all of it)")
 	flag.StringVar(&o.skip, "skip", "", "extra --ginkgo.skip regexp, ORed with the listed skips")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo's timeout for one provider's run")
+	summarize := flag.Bool("summarize", false, "only write the summary from the reports under --out, and print it")
 	flag.Parse()
+	if *summarize {
+		if err := writeSummary(o.out); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(filepath.Join(o.out, "summary.md"))
+		fmt.Print(string(data))
+		return err
+	}
 	o.providers = strings.Split(*providers, ",")
 	for _, p := range o.providers {
 		if p != "cri" && p != "process" {

@@ -232,7 +232,7 @@ func ReadJUnit(path string) (Summary, error) {
 // capitalised words that open its text ("[sig-node] Probing container
 // [It] …" is "[sig-node] Probing").
 func Group(name string) string {
-	f := strings.Fields(name)
+	f := strings.Fields(strings.TrimPrefix(name, "[It] "))
 	if len(f) == 0 {
 		return ""
 	}

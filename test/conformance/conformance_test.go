@@ -34,7 +34,7 @@ func TestReadJUnit(t *testing.T) {
 	if f := s.Failures(); len(f) != 1 || Group(f[0]) != "[sig-storage] ConfigMap" {
 		t.Errorf("failures %v", f)
 	}
-	if g := Group("[sig-node] Container Runtime blackbox test [It] x"); g != "[sig-node] Container Runtime" {
+	if g := Group("[It] [sig-node] Container Runtime blackbox test x"); g != "[sig-node] Container Runtime" {
 		t.Errorf("group %q", g)
 	}
 }
