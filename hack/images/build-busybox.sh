@@ -6,7 +6,8 @@
 # keeping environment variables whose names are not shell identifiers
 # (the images the Kubernetes tests expect keep them), and with the shell
 # finding commands through PATH before its own applets, as upstream's
-# default (so an image's curl or nc wins over busybox's). Reproducible:
+# default (so an image's curl or nc wins over busybox's), and with bash as
+# ash, as the tests run /bin/bash where upstream's agnhost has it. Reproducible:
 # the build tag is fixed.
 set -eu
 
@@ -47,6 +48,8 @@ for p in $patches; do
 done
 sed -e 's/^CONFIG_FEATURE_SH_STANDALONE=y/# CONFIG_FEATURE_SH_STANDALONE is not set/' \
 	-e 's/^CONFIG_FEATURE_PREFER_APPLETS=y/# CONFIG_FEATURE_PREFER_APPLETS is not set/' \
+	-e 's/^# CONFIG_BASH_IS_ASH is not set/CONFIG_BASH_IS_ASH=y/' \
+	-e 's/^CONFIG_BASH_IS_NONE=y/# CONFIG_BASH_IS_NONE is not set/' \
 	../debian/config/pkg/static > .config
 yes "" | make oldconfig >/dev/null 2>&1
 SOURCE_DATE_EPOCH=0 make -j"$(nproc)" BB_EXTRA_VERSION="Debian $version-$debian source" >build.log 2>&1 ||
