@@ -127,13 +127,13 @@ type Config struct {
 	// the cluster's domain, which pods with dnsPolicy ClusterFirst resolve
 	// with (cri provider); ResolvConf is the host's resolver configuration
 	// that pods with dnsPolicy Default get.
-	ClusterDNS []string `json:"clusterDNS,omitempty"`
+	ClusterDNS    []string `json:"clusterDNS,omitempty"`
+	ClusterDomain string   `json:"clusterDomain,omitempty"`
+	ResolvConf    string   `json:"resolvConf,omitempty"`
 	// AllowedUnsafeSysctls are the sysctls beyond the kubelet's safe set
 	// that pods may set (process and cri providers): names, or prefixes
 	// ending in "*"; a pod setting any other is rejected SysctlForbidden.
 	AllowedUnsafeSysctls []string `json:"allowedUnsafeSysctls,omitempty"`
-	ClusterDomain        string   `json:"clusterDomain,omitempty"`
-	ResolvConf           string   `json:"resolvConf,omitempty"`
 	// PodLogsDir holds the cri provider's container logs,
 	// <podLogsDir>/<namespace>_<pod>_<uid>/<container>/<restart>.log, linked
 	// from the directory "containers" beside it.
