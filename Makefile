@@ -211,14 +211,21 @@ run: build $(RUN_DEPS)
 	@echo "  $(KUBECTL) logs deployment/sample"
 	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/. Stop with: make stop"
 
+# With the cri provider, stopping containerd removes every pod, so the
+# volume mounts the agent made for them are unmounted too (the next make
+# run sets them up again); process pods outlive the agent and keep theirs.
 stop:
-	@for p in nodelet criup controlplane; do \
+	@cri=; [ -f $(LOCAL)/criup.pid ] && cri=1; \
+	for p in nodelet criup controlplane; do \
 		if [ -f $(LOCAL)/$$p.pid ]; then \
 			pid=$$(cat $(LOCAL)/$$p.pid); kill $$pid 2>/dev/null || true; \
 			for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
 			rm -f $(LOCAL)/$$p.pid; \
 		fi; \
-	done
+	done; \
+	if [ -n "$$cri" ]; then \
+		awk '$$5 ~ "^$(CURDIR)/$(LOCAL)/nodelet/pods/" {print $$5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount; \
+	fi
 	@for i in $$(seq 1 30); do [ -f $(LOCAL)/controlplane/ready ] || break; sleep 1; done
 
 vet:
