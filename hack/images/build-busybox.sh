@@ -12,6 +12,7 @@
 set -eu
 
 out=$1
+case $out in /*) ;; *) out=$PWD/$out ;; esac
 version=1.35.0
 debian=4
 pool=http://deb.debian.org/debian/pool/main/b/busybox
@@ -54,7 +55,6 @@ sed -e 's/^CONFIG_FEATURE_SH_STANDALONE=y/# CONFIG_FEATURE_SH_STANDALONE is not 
 yes "" | make oldconfig >/dev/null 2>&1
 SOURCE_DATE_EPOCH=0 make -j"$(nproc)" BB_EXTRA_VERSION="Debian $version-$debian source" >build.log 2>&1 ||
 	{ tail -40 build.log; exit 1; }
-cd - >/dev/null
 mkdir -p "$(dirname "$out")"
-cp "busybox-$version/busybox" "$out.tmp"
+cp busybox "$out.tmp"
 mv "$out.tmp" "$out"
