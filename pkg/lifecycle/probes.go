@@ -62,6 +62,10 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 	if ctx.Err() != nil {
 		return
 	}
+	if r == probe.Warning {
+		w.event(corev1.EventTypeWarning, "ProbeWarning", "%s probe warning: %s", probeTitle(kind), strings.TrimSpace(msg))
+		return
+	}
 	w.mu.Lock()
 	cs := w.containerLocked(c.Name)
 	if cs.probeAttempt != attempt {

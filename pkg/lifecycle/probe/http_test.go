@@ -83,7 +83,7 @@ func TestHTTPProbe(t *testing.T) {
 		},
 		{name: "redirect to same host followed", action: corev1.HTTPGetAction{Path: "/redirect-here", Port: intstr.FromInt32(int32(port))}, want: Success, msg: "fine"},
 		{name: "redirect to same host failing", action: corev1.HTTPGetAction{Path: "/redirect-fail", Port: intstr.FromInt32(int32(port))}, want: Failure, msg: "statuscode: 500"},
-		{name: "redirect elsewhere is a warning", action: corev1.HTTPGetAction{Path: "/redirect-away", Port: intstr.FromInt32(int32(port))}, want: Success, msg: "probe did not follow redirect (status 302 to \"http://localhost:"},
+		{name: "redirect elsewhere is a warning", action: corev1.HTTPGetAction{Path: "/redirect-away", Port: intstr.FromInt32(int32(port))}, want: Warning, msg: "Probe terminated redirects, Response body: <a href=\"http://localhost:"},
 		{name: "redirect loop", action: corev1.HTTPGetAction{Path: "/loop", Port: intstr.FromInt32(int32(port))}, want: Failure, msg: "stopped after 10 redirects"},
 		{name: "timeout", action: corev1.HTTPGetAction{Path: "/slow", Port: intstr.FromInt32(int32(port))}, timeout: 100 * time.Millisecond, want: Failure, msg: "deadline exceeded"},
 		{name: "refused", action: corev1.HTTPGetAction{Path: "/ok", Port: intstr.FromInt32(int32(closedPort(t)))}, want: Failure, msg: "connection refused"},

@@ -71,6 +71,10 @@ const (
 	Success
 	// Failure means the container failed the probe.
 	Failure
+	// Warning means the container passed the probe but the attempt has
+	// something to report (an httpGet answered with a redirect to another
+	// host). It counts as Success.
+	Warning
 )
 
 func (r Result) String() string {
@@ -79,6 +83,8 @@ func (r Result) String() string {
 		return "Success"
 	case Failure:
 		return "Failure"
+	case Warning:
+		return "Warning"
 	default:
 		return "Unknown"
 	}

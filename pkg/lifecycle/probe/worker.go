@@ -77,8 +77,9 @@ type Worker struct {
 
 // NewWorker returns a worker for probe p of the given kind against t.
 // onChange(result, message) is called from Run on every change of the result
-// and on the first verdict, even when it equals the initial value; it must
-// not block for long. NewWorker does no I/O.
+// and on the first verdict, even when it equals the initial value, and with
+// Warning on every attempt that returned it (before the Success it counts
+// as); it must not block for long. NewWorker does no I/O.
 func NewWorker(kind Kind, p *corev1.Probe, t Target, clk clock.Clock, onChange func(Result, string)) *Worker {
 	if p == nil {
 		p = &corev1.Probe{}
@@ -237,6 +238,16 @@ func (w *Worker) record(ctx context.Context, gen uint64, result Result, msg stri
 	if gen != w.gen || w.held {
 		w.mu.Unlock()
 		return
+	}
+	if result == Warning {
+		w.mu.Unlock()
+		w.onChange(Warning, msg)
+		w.mu.Lock()
+		if gen != w.gen || w.held {
+			w.mu.Unlock()
+			return
+		}
+		result = Success
 	}
 	if result == w.last {
 		w.run++

@@ -3,12 +3,15 @@ package probe
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -253,4 +256,37 @@ func TestWorkerStop(t *testing.T) {
 		w.Stop()
 		w.Run(context.Background())
 	})
+}
+
+// A redirect to another host passes the probe with a warning on every
+// attempt: the caller hears Warning each time and Success once.
+func TestWorkerWarningCountsAsSuccess(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://0.0.0.0/", http.StatusFound)
+	}))
+	defer srv.Close()
+	host, port := hostPort(t, srv)
+
+	clk := testingclock.NewFakeClock(time.Now())
+	var ch changes
+	spec := &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(int32(port))}},
+		PeriodSeconds:    10,
+		FailureThreshold: 1,
+	}
+	w := NewWorker(Liveness, spec, Target{Container: &corev1.Container{Name: "app"}, PodIP: host}, clk, ch.record)
+	startWorker(t, w)
+	for n := 1; n <= 2; n++ {
+		if n > 1 {
+			waitFor(t, "the worker to wait", clk.HasWaiters)
+			clk.Step(10 * time.Second)
+		}
+		waitFor(t, fmt.Sprintf("attempt %d to be reported", n), func() bool { return len(ch.list()) >= n+1 })
+	}
+	if got, want := ch.list(), []Result{Warning, Success, Warning}; !reflect.DeepEqual(got, want) {
+		t.Errorf("onChange calls %v, want %v", got, want)
+	}
+	if got := w.Result(); got != Success {
+		t.Errorf("Result() = %v, want Success", got)
+	}
 }
