@@ -32,6 +32,8 @@ type criSandbox struct {
 	logDir  string
 
 	updating sync.Mutex // held by update
+	// listed is the sequence number of the list update last applied.
+	listed uint64
 
 	mu         sync.Mutex
 	config     *runtimeapi.PodSandboxConfig // nil for an adopted sandbox until a container needs it
@@ -122,14 +124,22 @@ func (s *criSandbox) Previous(name string) (lifecycle.ContainerStatus, bool) {
 	return list[len(list)-2].status, true
 }
 
-// update takes the runtime's list of the sandbox's containers, reads the
-// status of those that are new or changed state, and returns the names of
-// the containers that exited since the last update.
-func (s *criSandbox) update(ctx context.Context, rs internalapi.RuntimeService, list []*runtimeapi.Container) []string {
-	// One update at a time: a slower one must not put back what a later
-	// one has replaced.
+// update takes the runtime's list of the sandbox's containers, numbered
+// seq by the runtime's listSeq before it was listed, reads the status of
+// those that are new or changed state, and returns the names of the
+// containers that exited since the last update: seen exited now and not
+// before, also when this is the first sight of them (a container that
+// exits at once can be gone from running before any list sees it).
+func (s *criSandbox) update(ctx context.Context, rs internalapi.RuntimeService, seq uint64, list []*runtimeapi.Container) []string {
+	// One update at a time, and never from a list older than the one
+	// applied: a relist that listed before a container was started must
+	// not drop what the start's own refresh has put in.
 	s.updating.Lock()
 	defer s.updating.Unlock()
+	if seq < s.listed {
+		return nil
+	}
+	s.listed = seq
 	s.mu.Lock()
 	known := map[string]*criContainer{}
 	for _, cs := range s.containers {
@@ -150,9 +160,9 @@ func (s *criSandbox) update(ctx context.Context, rs internalapi.RuntimeService, 
 					continue
 				}
 			} else {
-				wasRunning := c != nil && c.state == runtimeapi.ContainerState_CONTAINER_RUNNING
+				wasExited := c != nil && c.state == runtimeapi.ContainerState_CONTAINER_EXITED
 				c = st
-				if wasRunning && c.state == runtimeapi.ContainerState_CONTAINER_EXITED {
+				if !wasExited && c.state == runtimeapi.ContainerState_CONTAINER_EXITED {
 					exited = append(exited, name)
 				}
 			}
@@ -397,13 +407,14 @@ func (s *criSandbox) removeUnstarted(ctx context.Context, rs internalapi.Runtime
 
 // refresh updates the snapshot of this sandbox's containers now.
 func (s *criSandbox) refresh(ctx context.Context, rs internalapi.RuntimeService) {
+	seq := s.rt.listSeq.Add(1)
 	list, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: s.id})
 	if err != nil {
 		s.rt.kick()
 		return
 	}
 	// An exit seen here is not seen again by the relist: tell it now.
-	s.rt.notifyExits(s.uid, s.update(ctx, rs, list))
+	s.rt.notifyExits(s.uid, s.update(ctx, rs, seq, list))
 }
 
 func (s *criSandbox) StopContainer(ctx context.Context, name string, grace time.Duration) error {

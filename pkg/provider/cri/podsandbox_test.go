@@ -48,3 +48,63 @@ func TestStoppedContainerIsToldAsExited(t *testing.T) {
 		t.Errorf("exits told: %v, want u1/app", exits)
 	}
 }
+
+func fakeContainer(state runtimeapi.ContainerState) []*criapitesting.FakeContainer {
+	return []*criapitesting.FakeContainer{{
+		SandboxID: "sb1",
+		ContainerStatus: runtimeapi.ContainerStatus{
+			Id: "c1", Metadata: &runtimeapi.ContainerMetadata{Name: "app"},
+			State: state, StartedAt: 1, FinishedAt: 2,
+		},
+	}}
+}
+
+// A relist that listed the containers before a container was started must
+// not drop it from the snapshot the start's own refresh filled in; and an
+// exit is told also when no list saw the container running (it exited at
+// once). Before both, a container that exited at once was never restarted
+// or reported: its pod stayed Running.
+func TestStaleListAndQuickExit(t *testing.T) {
+	ctx := context.Background()
+	rs := criapitesting.NewFakeRuntimeService()
+	rt := &criRuntime{conn: &connection{runtime: rs}, sandboxes: map[types.UID]*criSandbox{}, relistNow: make(chan struct{}, 1)}
+	var mu sync.Mutex
+	var exits []string
+	rt.OnExit(func(uid types.UID, name string) {
+		mu.Lock()
+		exits = append(exits, name)
+		mu.Unlock()
+	})
+	told := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(exits)
+	}
+	sb := &criSandbox{rt: rt, uid: "u1", id: "sb1", containers: map[string][]*criContainer{}}
+
+	staleSeq := rt.listSeq.Add(1)
+	stale, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: "sb1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.SetFakeContainers(fakeContainer(runtimeapi.ContainerState_CONTAINER_RUNNING))
+	sb.refresh(ctx, rs)
+	sb.update(ctx, rs, staleSeq, stale)
+	if st, ok := sb.Container("app"); !ok || st.State != lifecycle.StateRunning {
+		t.Fatalf("after a stale list, app: %+v %v, want running", st, ok)
+	}
+
+	quick := &criSandbox{rt: rt, uid: "u2", id: "sb1", containers: map[string][]*criContainer{}}
+	rs.SetFakeContainers(fakeContainer(runtimeapi.ContainerState_CONTAINER_EXITED))
+	quick.refresh(ctx, rs)
+	if st, ok := quick.Container("app"); !ok || st.State != lifecycle.StateExited {
+		t.Fatalf("app: %+v %v, want exited", st, ok)
+	}
+	if got := told(); !slices.Equal(got, []string{"app"}) {
+		t.Errorf("exits told: %v, want app once", got)
+	}
+	quick.refresh(ctx, rs)
+	if got := told(); !slices.Equal(got, []string{"app"}) {
+		t.Errorf("exits told after a second refresh: %v, want app once", got)
+	}
+}

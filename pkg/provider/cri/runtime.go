@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +55,9 @@ type criRuntime struct {
 	runtimeName string
 
 	relistNow chan struct{}
+	// listSeq numbers the lists of containers in the order they were
+	// asked for, so an older list never replaces a newer one.
+	listSeq atomic.Uint64
 }
 
 var _ lifecycle.Runtime = (*criRuntime)(nil)
@@ -141,6 +145,7 @@ func (r *criRuntime) relist(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list pod sandboxes: %w", err)
 	}
+	seq := r.listSeq.Add(1)
 	containers, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: nodeSelector(r.node.NodeName)})
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
@@ -186,7 +191,7 @@ func (r *criRuntime) relist(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	for _, sb := range current {
-		if gone := sb.update(ctx, rs, bySandbox[sb.id]); len(gone) > 0 {
+		if gone := sb.update(ctx, rs, seq, bySandbox[sb.id]); len(gone) > 0 {
 			exited = append(exited, sb)
 			names = append(names, gone)
 		}
