@@ -15,6 +15,7 @@ require (
 	k8s.io/cri-api v0.36.3
 	k8s.io/cri-client v0.36.3
 	k8s.io/klog/v2 v2.140.0
+	k8s.io/kubelet v0.36.3
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // ErrNotFound is returned (wrapped or not) by a provider that does not know
@@ -137,17 +138,23 @@ type PortForwardProvider interface {
 	PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error
 }
 
-// StatsProvider reports resource usage for the node and its pods.
+// StatsProvider reports the resource usage of the pods a provider runs, in
+// the kubelet's summary API types: the basis of /stats/summary,
+// /metrics/resource and node-pressure eviction.
 type StatsProvider interface {
-	// PodStats returns usage per pod; the summary API and metrics are built on it.
-	PodStats(ctx context.Context) ([]PodUsage, error)
+	// PodStats returns one sample of every pod that has a sandbox: its
+	// reference, start time, CPU and memory, its containers' (with their
+	// start times), and what it uses of the node's filesystems (ephemeral
+	// storage, volumes) where the provider knows it. CPU figures carry
+	// both the cumulative usage and the rate since the previous sample.
+	PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, error)
 }
 
-// PodUsage is a point-in-time usage sample of one pod.
-type PodUsage struct {
-	Namespace, Name, UID string
-	CPUNanoCores         uint64
-	MemoryWorkingSet     uint64
+// NodeStatsProvider is implemented by providers that describe the node's
+// usage themselves (the sim provider simulates it); for the others the
+// node's figures are the host's.
+type NodeStatsProvider interface {
+	NodeStats(ctx context.Context) (statsv1alpha1.NodeStats, error)
 }
 
 // PodStarted tells whether a pod's reported status shows that it was ever
