@@ -30,6 +30,7 @@ type criSandbox struct {
 	id      string
 	attempt uint32
 	logDir  string
+	created time.Time
 
 	updating sync.Mutex // held by update
 	// listed is the sequence number of the list update last applied.

@@ -172,7 +172,7 @@ func (r *criRuntime) relist(ctx context.Context) error {
 		s := list[0]
 		sb := r.sandboxes[uid]
 		if sb == nil || sb.id != s.Id {
-			sb = &criSandbox{rt: r, uid: uid, id: s.Id, logDir: s.GetMetadata().GetNamespace(), containers: map[string][]*criContainer{}}
+			sb = &criSandbox{rt: r, uid: uid, id: s.Id, created: time.Unix(0, s.CreatedAt), containers: map[string][]*criContainer{}}
 			sb.logDir = podLogDir(r.node.PodLogsDir, s.GetMetadata().GetNamespace(), s.GetMetadata().GetName(), uid)
 			r.sandboxes[uid] = sb
 		}
@@ -283,7 +283,7 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 		return nil, err
 	}
 	sb := &criSandbox{rt: r, uid: pod.UID, id: id, attempt: attempt, config: cfg, logDir: cfg.LogDirectory,
-		ready: true, containers: map[string][]*criContainer{}}
+		created: r.clock.Now(), ready: true, containers: map[string][]*criContainer{}}
 	sb.fillIPs(ctx, rs)
 	if needsHostsFile(pod, sb.IPs()) {
 		content, err := podHostsFile(pod, sb.IPs(), r.dns.ClusterDomain, etcHostsPath)

@@ -46,8 +46,9 @@ type Options struct {
 // over the host sandboxes, and the node's description.
 type Provider struct {
 	*lifecycle.Manager
-	opts Options
-	host *hostnode.Host
+	opts      Options
+	host      *hostnode.Host
+	sandboxes *sandbox.Manager
 }
 
 // New returns a provider over the sandboxes; parts.Runtime is set to
@@ -66,7 +67,7 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 	if err != nil {
 		return nil, fmt.Errorf("process provider: %w", err)
 	}
-	return &Provider{Manager: m, opts: opts, host: host}, nil
+	return &Provider{Manager: m, opts: opts, host: host, sandboxes: sandboxes}, nil
 }
 
 // Ping checks that the pods' root directory is usable.

@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // These tests run the cgroup code against a fake cgroupfs in a temporary
@@ -450,5 +453,35 @@ func TestCgroupPIDs(t *testing.T) {
 		if got := cgroupPIDs(tc.dirs); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: cgroupPIDs = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// Usage reads a v2 pod cgroup: the CPU rate between two samples, and the
+// working set as usage less the inactive file cache.
+func TestUsageFromCgroupV2(t *testing.T) {
+	cg := t.TempDir()
+	writeTestFile(t, filepath.Join(cg, "cpu.stat"), "usage_usec 1000000\nuser_usec 800000\n")
+	writeTestFile(t, filepath.Join(cg, "memory.current"), "300000\n")
+	writeTestFile(t, filepath.Join(cg, "memory.stat"), "anon 150000\nfile 120000\ninactive_file 100000\npgfault 7\npgmajfault 2\n")
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	s := &Sandbox{m: &Manager{opts: Options{Clock: clk}}, dir: t.TempDir(), rec: sandboxRecord{Cgroups: []string{cg}, CgroupV2: true}}
+
+	first, err := s.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Usage{At: clk.Now(), CPU: true, CPUUsageNanoSeconds: 1e9, Memory: true,
+		MemoryUsage: 300000, MemoryWorkingSet: 200000, MemoryRSS: 150000, PageFaults: 7, MajorPageFaults: 2}
+	if !reflect.DeepEqual(first.Pod, want) {
+		t.Errorf("first sample %+v, want %+v", first.Pod, want)
+	}
+	clk.Step(2 * time.Second)
+	writeTestFile(t, filepath.Join(cg, "cpu.stat"), "usage_usec 2000000\n")
+	second, err := s.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Pod.CPUNanoCores == nil || *second.Pod.CPUNanoCores != 5e8 {
+		t.Errorf("rate %v, want half a core (5e8)", second.Pod.CPUNanoCores)
 	}
 }

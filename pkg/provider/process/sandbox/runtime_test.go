@@ -409,8 +409,8 @@ func TestOOMKilled(t *testing.T) {
 		Args:      []string{"sh", "-c", `x=$(head -c 200m /dev/zero | tr "\0" a); sleep 1`},
 		Resources: Resources{MemoryLimitBytes: 32 << 20, CPULimitMillis: 500, CPURequestMillis: 100},
 	})
-	if _, mem, err := s.Usage(); err != nil {
-		t.Errorf("Usage: %v (memory %d)", err, mem)
+	if u, err := s.Usage(); err != nil || !u.Pod.Memory {
+		t.Errorf("Usage: %v (%+v)", err, u)
 	}
 	st := waitExited(t, s, "hog")
 	if st.Reason != ReasonOOMKilled || st.ExitCode != 137 {

@@ -35,7 +35,7 @@ type Sandbox struct {
 	hostPIDs map[attemptKey]int
 	removed  bool
 	replaced bool
-	lastCPU  cpuSample
+	lastCPU  map[string]cpuSample // by container name, "" for the pod
 	watchers sync.WaitGroup
 }
 
