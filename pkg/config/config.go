@@ -273,6 +273,33 @@ type SimConfig struct {
 	NodeConditions []SimNodeCondition `json:"nodeConditions,omitempty"`
 	// Capacity is the node's capacity (cpu, memory, pods, ephemeral-storage).
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// NodeAddresses, a CIDR, gives each node its own InternalIP: node i
+	// takes the (i+1)-th address of the range (with several nodes; a
+	// single node takes the first). The kubelet API serves every node on
+	// its one listener and tells them apart by the address a request was
+	// sent to, so metrics-server scrapes each node's own stats. The
+	// addresses must route to this host (all of 127.0.0.0/8 does).
+	// Default empty: every node has `address`.
+	NodeAddresses string `json:"nodeAddresses,omitempty"`
+	// Usage is how the pods use CPU and memory, as /stats/summary and
+	// /metrics/resource report it. A pod's annotations
+	// sim.nodelet.io/cpu-usage and sim.nodelet.io/memory-usage (quantities,
+	// for the whole pod) set its usage outright, and may be changed while
+	// it runs.
+	Usage SimUsage `json:"usage,omitempty"`
+}
+
+// SimUsage is how simulated pods use CPU and memory when no annotation
+// says.
+type SimUsage struct {
+	// CPURequestRatio and MemoryRequestRatio are the shares of its
+	// requests each container uses (a container without a request counts
+	// as requesting 100m and 128Mi). Default 0.5 each.
+	CPURequestRatio    *float64 `json:"cpuRequestRatio,omitempty"`
+	MemoryRequestRatio *float64 `json:"memoryRequestRatio,omitempty"`
+	// Noise, in [0, 1], varies each sample by up to that share either
+	// way. Default 0.
+	Noise float64 `json:"noise,omitempty"`
 }
 
 // SimNodeCondition is a node condition that a share of the simulated
@@ -398,6 +425,12 @@ func SetDefaults(c *Config) {
 	setDuration(&c.AttachDetach.MaxWaitForUnmount, 6*time.Minute)
 	if c.Sim.PodCIDR == "" {
 		c.Sim.PodCIDR = "100.64.0.0/10"
+	}
+	for _, r := range []**float64{&c.Sim.Usage.CPURequestRatio, &c.Sim.Usage.MemoryRequestRatio} {
+		if *r == nil {
+			half := 0.5
+			*r = &half
+		}
 	}
 	if c.Sim.CompleteRatio > 0 || c.Sim.FailRatio > 0 {
 		setDuration(&c.Sim.RunDuration, 10*time.Second)
@@ -639,6 +672,20 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 	for i := range s.NodeConditions {
 		errs = append(errs, s.NodeConditions[i].validate(p.Child("nodeConditions").Index(i))...)
 	}
+	if s.NodeAddresses != "" {
+		for _, msg := range utilvalidation.IsValidCIDR(p.Child("nodeAddresses"), s.NodeAddresses) {
+			errs = append(errs, msg)
+		}
+	}
+	for _, r := range []struct {
+		name string
+		v    *float64
+	}{{"cpuRequestRatio", s.Usage.CPURequestRatio}, {"memoryRequestRatio", s.Usage.MemoryRequestRatio}} {
+		if r.v != nil && !(*r.v >= 0) { // NaN too
+			errs = append(errs, field.Invalid(p.Child("usage", r.name), *r.v, "must not be negative"))
+		}
+	}
+	errs = append(errs, validateRatio(p.Child("usage", "noise"), s.Usage.Noise)...)
 	for name, q := range s.Capacity {
 		if q.Sign() < 0 {
 			errs = append(errs, field.Invalid(p.Child("capacity").Key(string(name)), q.String(), "must not be negative"))

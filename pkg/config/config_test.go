@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -136,6 +137,10 @@ func TestValidateSim(t *testing.T) {
 			wantErr: []string{"sim.completeRatio", "sim.failRatio"}},
 		{name: "ratios add up above 1", sim: func(s *SimConfig) { s.CompleteRatio, s.FailRatio = 0.6, 0.5 },
 			wantErr: []string{"sim.failRatio"}},
+		{name: "bad usage and node addresses", sim: func(s *SimConfig) {
+			s.NodeAddresses = "127.0.0.300/24"
+			s.Usage = SimUsage{CPURequestRatio: ptr.To(-1.0), MemoryRequestRatio: ptr.To(math.NaN()), Noise: 1.5}
+		}, wantErr: []string{"sim.nodeAddresses", "sim.usage.cpuRequestRatio", "sim.usage.memoryRequestRatio", "sim.usage.noise"}},
 		{name: "bad node conditions", sim: func(s *SimConfig) {
 			s.NodeConditions = []SimNodeCondition{
 				{Type: corev1.NodeReady, Every: metav1.Duration{Duration: time.Minute}, For: metav1.Duration{Duration: time.Second}},

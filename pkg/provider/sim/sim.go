@@ -106,6 +106,9 @@ type Options struct {
 	// attached are attached to the node, and the node reports the volumes
 	// of its pods in status.volumesInUse, as a kubelet that mounted them.
 	Volumes Volumes
+	// Usage is how the pods use CPU and memory, for the stats endpoints
+	// and metrics-server.
+	Usage Usage
 	// PingErrorFile, when set, names a file whose presence fails the node's
 	// ping with the file's content as the error: a node made unhealthy on
 	// demand. While it fails the node is wedged, as one whose kubelet hangs:
@@ -184,6 +187,9 @@ func (o *Options) validate() error {
 	if o.CompleteRatio+o.FailRatio > 1+ratioSlack {
 		errs = append(errs, fmt.Errorf("complete ratio %v and fail ratio %v must not add up to more than 1", o.CompleteRatio, o.FailRatio))
 	}
+	if err := o.Usage.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	for i, c := range o.NodeConditions {
 		if err := c.validate(); err != nil {
 			errs = append(errs, fmt.Errorf("node condition %d: %w", i, err))
@@ -247,6 +253,13 @@ type Provider struct {
 	// node status is reported once the lock is released.
 	volumesChanged bool
 
+	// started is when the provider was made, the node's start time;
+	// podsCPU (nanocores) and podsMemory (bytes) are the pods' usage at
+	// the last PodStats, and nodeCPU the node's cumulative CPU.
+	started             time.Time
+	podsCPU, podsMemory float64
+	nodeCPU             cpuMeter
+
 	// rearming counts goroutines that arm the next timer after one fired
 	// (see async); tests wait for them.
 	rearming sync.WaitGroup
@@ -276,6 +289,9 @@ type simPod struct {
 	// volumes are the attachable volumes the pod uses, once resolved.
 	volumes         []corev1.UniqueVolumeName
 	volumesResolved bool
+	// meters keep the pod's cumulative CPU (first) and its containers',
+	// in spec order, once its usage was sampled.
+	meters []cpuMeter
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -297,13 +313,15 @@ func New(opts Options) (*Provider, error) {
 		opts.RunDuration = DefaultRunDuration
 	}
 	opts.Capacity = opts.Capacity.DeepCopy()
+	opts.Usage.setDefaults()
 	return &Provider{
-		opts:  opts,
-		clock: opts.Clock,
-		conds: nodeConds(opts.NodeName, opts.NodeConditions),
-		pods:  make(map[string]*simPod),
-		ips:   ips,
-		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		opts:    opts,
+		clock:   opts.Clock,
+		started: opts.Clock.Now(),
+		conds:   nodeConds(opts.NodeName, opts.NodeConditions),
+		pods:    make(map[string]*simPod),
+		ips:     ips,
+		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}, nil
 }
 

@@ -1,0 +1,117 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func halfOfRequests(o *Options) { o.Usage.CPURequestRatio, o.Usage.MemoryRequestRatio = 0.5, 0.5 }
+
+// A pod uses a share of its requests (here half), integrated over time into its
+// cumulative CPU; an annotation changes its load at once; the node adds
+// the system's usage to its pods'.
+func TestSimulatedUsage(t *testing.T) {
+	ctx := context.Background()
+	p, clk, _ := newTest(t, halfOfRequests)
+	pod := testPod("web", "200m", "100Mi")
+	pod.Spec.Containers = pod.Spec.Containers[:1] // app alone: the side container has no requests
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	sample := func() (rate, total, mem uint64) {
+		t.Helper()
+		stats, err := p.PodStats(ctx)
+		if err != nil || len(stats) != 1 {
+			t.Fatalf("PodStats: %v, %d pods", err, len(stats))
+		}
+		s := stats[0]
+		if len(s.Containers) != 1 || *s.Containers[0].CPU.UsageNanoCores != *s.CPU.UsageNanoCores {
+			t.Errorf("containers %+v: want one with the whole pod's usage", s.Containers)
+		}
+		return *s.CPU.UsageNanoCores, *s.CPU.UsageCoreNanoSeconds, *s.Memory.WorkingSetBytes
+	}
+	if rate, total, mem := sample(); rate != 1e8 || total != 0 || mem != 50<<20 {
+		t.Errorf("first sample: rate %d total %d memory %d, want 1e8, 0, 50Mi", rate, total, mem)
+	}
+	clk.Step(10 * time.Second)
+	if _, total, _ := sample(); total != 1e9 {
+		t.Errorf("after 10 s at 100m: total %d, want 1e9", total)
+	}
+
+	busy := pod.DeepCopy()
+	busy.Annotations = map[string]string{AnnotationCPUUsage: "1500m", AnnotationMemoryUsage: "1Gi"}
+	if err := p.UpdatePod(ctx, busy); err != nil {
+		t.Fatal(err)
+	}
+	if rate, _, mem := sample(); rate != 15e8 || mem != 1<<30 {
+		t.Errorf("annotated: rate %d memory %d, want 1.5e9 and 1Gi", rate, mem)
+	}
+
+	ns, err := p.NodeStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *ns.CPU.UsageNanoCores; got != 16e8 {
+		t.Errorf("node cpu %d, want the pod's 1.5 cores and the system's 100m", got)
+	}
+	wantWS := uint64(1<<30 + 512<<20)
+	if got := *ns.Memory.WorkingSetBytes; got != wantWS {
+		t.Errorf("node working set %d, want %d", got, wantWS)
+	}
+	capacity := resource.MustParse("8Gi")
+	if got := *ns.Memory.AvailableBytes; got != uint64(capacity.Value())-wantWS {
+		t.Errorf("node available %d, want capacity less the working set", got)
+	}
+}
+
+// Noise varies samples within its share of the load.
+func TestSimulatedUsageNoise(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := newTest(t, func(o *Options) { halfOfRequests(o); o.Usage.Noise = 0.2 })
+	pod := testPod("web", "1", "1Gi")
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	for range 20 {
+		stats, err := p.PodStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rate := *stats[0].CPU.UsageNanoCores
+		if rate < 4e8 || rate > 6e8 {
+			t.Fatalf("rate %d outside 500m ± 20%%", rate)
+		}
+		seen[rate] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("20 samples all %v: no noise", seen)
+	}
+}
+
+// Containers share the pod's load in proportion to their requests, a
+// container without one counting as AssumedCPU.
+func TestSimulatedUsageShares(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := newTest(t, halfOfRequests)
+	pod := testPod("web", "300m", "") // app 300m, side none: 100m assumed
+	pod.Annotations = map[string]string{AnnotationCPUUsage: "2"}
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := p.PodStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, c := range stats[0].Containers {
+		got[c.Name] = *c.CPU.UsageNanoCores
+	}
+	if got["app"] != 15e8 || got["side"] != 5e8 {
+		t.Errorf("container cpu %v, want app 1.5 cores and side 0.5", got)
+	}
+}
