@@ -13,6 +13,9 @@ import (
 type managedNode struct {
 	name    string
 	podCIDR string
+	// address is the node's own InternalIP from sim.nodeAddresses, or
+	// empty for the agent's address.
+	address string
 }
 
 // managedNodes lists the nodes of this agent: one named exactly
@@ -20,8 +23,12 @@ type managedNode struct {
 // other shards. With several nodes, node i takes the i-th /24 of the pod
 // range, so that shards never hand out the same pod IP.
 func managedNodes(cfg *config.Config) ([]managedNode, error) {
+	addresses, err := nodeAddresses(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Nodes == 0 {
-		return []managedNode{{name: cfg.NodeName, podCIDR: cfg.Sim.PodCIDR}}, nil
+		return []managedNode{{name: cfg.NodeName, podCIDR: cfg.Sim.PodCIDR, address: addresses(0)}}, nil
 	}
 	base, err := netip.ParsePrefix(cfg.Sim.PodCIDR)
 	if err != nil {
@@ -51,9 +58,39 @@ func managedNodes(cfg *config.Config) ([]managedNode, error) {
 		}
 		a := first + i<<8
 		addr := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), 0})
-		nodes = append(nodes, managedNode{name: name, podCIDR: netip.PrefixFrom(addr, perNodeBits).String()})
+		nodes = append(nodes, managedNode{name: name, podCIDR: netip.PrefixFrom(addr, perNodeBits).String(), address: addresses(int(i))})
 	}
 	return nodes, nil
+}
+
+// nodeAddresses returns the address of node i from sim.nodeAddresses (the
+// (i+1)-th of the range, so that a range's network address is not used),
+// or a function giving "" when it is not set.
+func nodeAddresses(cfg *config.Config) (func(i int) string, error) {
+	if cfg.Sim.NodeAddresses == "" {
+		return func(int) string { return "" }, nil
+	}
+	prefix, err := netip.ParsePrefix(cfg.Sim.NodeAddresses)
+	if err != nil {
+		return nil, fmt.Errorf("sim.nodeAddresses: %w", err)
+	}
+	prefix = prefix.Masked()
+	nodes := max(int(cfg.Nodes), 1)
+	if hostBits := prefix.Addr().BitLen() - prefix.Bits(); hostBits < 31 && nodes > 1<<hostBits-1 {
+		return nil, fmt.Errorf("sim.nodeAddresses %s holds %d addresses, fewer than the %d nodes", prefix, 1<<hostBits-1, nodes)
+	}
+	return func(i int) string {
+		if prefix.Addr().Is4() {
+			b := prefix.Addr().As4()
+			a := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + uint32(i) + 1
+			return netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}).String()
+		}
+		a := prefix.Addr()
+		for range i + 1 {
+			a = a.Next()
+		}
+		return a.String()
+	}, nil
 }
 
 // shardOf places a node name in one of n shards by hash.

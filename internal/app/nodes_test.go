@@ -1,6 +1,8 @@
 package app
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nodelet/nodelet/pkg/config"
@@ -59,5 +61,29 @@ func TestManagedNodesRangeTooSmall(t *testing.T) {
 	cfg.Sim.PodCIDR = "10.1.0.0/16"
 	if _, err := managedNodes(cfg); err == nil {
 		t.Error("300 nodes of /24 in a /16: want an error")
+	}
+}
+
+// sim.nodeAddresses gives each node its own address, skipping the range's
+// network address, and refuses a range too small for the nodes.
+func TestManagedNodeAddresses(t *testing.T) {
+	cfg := config.Default()
+	cfg.NodeName = "sim"
+	cfg.Nodes = 3
+	cfg.Sim.NodeAddresses = "127.0.100.0/30"
+	nodes, err := managedNodes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{}
+	for _, n := range nodes {
+		got = append(got, n.address)
+	}
+	if want := []string{"127.0.100.1", "127.0.100.2", "127.0.100.3"}; !slices.Equal(got, want) {
+		t.Errorf("addresses %v, want %v", got, want)
+	}
+	cfg.Nodes = 4
+	if _, err := managedNodes(cfg); err == nil || !strings.Contains(err.Error(), "sim.nodeAddresses") {
+		t.Errorf("4 nodes in a /30: error %v, want one naming sim.nodeAddresses", err)
 	}
 }

@@ -47,10 +47,14 @@ func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.W
 	for _, m := range managed {
 		seed := fnv.New64a()
 		seed.Write([]byte(m.name)) // each node draws its own jitter, the same on every run
+		address := cfg.Address
+		if m.address != "" {
+			address = m.address
+		}
 		opts := sim.Options{
 			NodeName:       m.name,
 			PodCIDR:        m.podCIDR,
-			Address:        cfg.Address,
+			Address:        address,
 			Port:           cfg.Port,
 			StartDelay:     cfg.Sim.StartDelay.Duration,
 			StartJitter:    cfg.Sim.StartJitter.Duration,
@@ -65,6 +69,11 @@ func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.W
 			Capacity:       cfg.Sim.Capacity,
 			Version:        Version,
 			PingErrorFile:  filepath.Join(cfg.RootDir, "sim", m.name, "ping-error"),
+			Usage: sim.Usage{
+				CPURequestRatio:    ptr.Deref(cfg.Sim.Usage.CPURequestRatio, 0.5),
+				MemoryRequestRatio: ptr.Deref(cfg.Sim.Usage.MemoryRequestRatio, 0.5),
+				Noise:              cfg.Sim.Usage.Noise,
+			},
 		}
 		if volumes != nil {
 			opts.Volumes = volumes
