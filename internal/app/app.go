@@ -206,6 +206,9 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	if err != nil {
 		return nil, fmt.Errorf("pod controller: %w", err)
 	}
+	if err := podCtrl.Register(registry); err != nil {
+		return nil, fmt.Errorf("register pod metrics: %w", err)
+	}
 	loops["pod controller"] = podCtrl.Run
 
 	if remote != nil {

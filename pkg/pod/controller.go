@@ -81,7 +81,8 @@ type Controller struct {
 	// the time it is synced.
 	finals sync.Map
 
-	synced chan struct{}
+	metrics *metrics
+	synced  chan struct{}
 }
 
 // podRecord is what the controller remembers of a pod: the node whose
@@ -135,8 +136,9 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"},
 		),
-		opts:   opts,
-		synced: make(chan struct{}),
+		opts:    opts,
+		metrics: newMetrics(),
+		synced:  make(chan struct{}),
 	}
 	_, err := informer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: c.ours,
@@ -235,7 +237,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
+	start := c.opts.Clock.Now()
+	err := c.sync(ctx, key)
+	c.metrics.syncDuration.WithLabelValues("sync").Observe(c.opts.Clock.Since(start).Seconds())
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Pod sync failed; will retry", "pod", key)
 		c.queue.AddRateLimited(key)
 		return true

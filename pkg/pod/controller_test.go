@@ -131,6 +131,12 @@ func (f *fakeProvider) deletedKeys() []string {
 // startController runs a controller for node "n" over a fake clientset.
 func startController(t *testing.T, p *fakeProvider, objs ...*corev1.Pod) *fake.Clientset {
 	t.Helper()
+	client, _ := runController(t, p, objs...)
+	return client
+}
+
+func runController(t *testing.T, p *fakeProvider, objs ...*corev1.Pod) (*fake.Clientset, *Controller) {
+	t.Helper()
 	var runtimeObjs []runtime.Object
 	for _, o := range objs {
 		runtimeObjs = append(runtimeObjs, o)
@@ -152,7 +158,7 @@ func startController(t *testing.T, p *fakeProvider, objs ...*corev1.Pod) *fake.C
 		}
 		factory.Shutdown()
 	})
-	return client
+	return client, c
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

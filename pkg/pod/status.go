@@ -65,6 +65,7 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 		return fmt.Errorf("patch pod status: %w", err)
 	}
 	rec.written = sum
+	c.metrics.observeStart(pod, want, now.Time)
 	klog.FromContext(ctx).V(3).Info("Patched pod status", "phase", want.Phase)
 	return nil
 }
