@@ -27,7 +27,8 @@ type auth struct {
 	authn    authenticator.Request
 	authz    authorizer.Authorizer
 	nodeName string
-	pods     PodNodeResolver // nil when the backend cannot tell
+	pods     PodNodeResolver     // nil when the backend cannot tell
+	addrs    NodeAddressResolver // nil when the backend cannot tell
 }
 
 // newAuth builds the authenticator and authorizer. With a client CA file it
@@ -74,6 +75,7 @@ func (s *Server) newAuth(ctx context.Context, tlsConfig *tls.Config) (*auth, err
 
 	a := &auth{authn: authn, authz: authz, nodeName: s.opts.NodeName}
 	a.pods, _ = s.backend.(PodNodeResolver)
+	a.addrs, _ = s.backend.(NodeAddressResolver)
 	return a, nil
 }
 
@@ -117,7 +119,7 @@ func (a *auth) filter(next http.Handler) http.Handler {
 
 // attributes maps a request to the access it needs, as the kubelet does:
 // the HTTP method gives the verb, the path the subresource of nodes, and the
-// node is the one the pod in the path is bound to (else the primary node).
+// node is the one the request is about (see nodeFor).
 // Each returned alternative is enough on its own.
 func (a *auth) attributes(u user.Info, r *http.Request) []authorizer.AttributesRecord {
 	verb := ""
@@ -162,7 +164,7 @@ func (a *auth) attributes(u user.Info, r *http.Request) []authorizer.AttributesR
 		subresources = append(subresources, "proxy")
 	}
 
-	node := a.nodeFor(path)
+	node := a.nodeFor(r)
 	attrs := make([]authorizer.AttributesRecord, 0, len(subresources))
 	for _, sub := range subresources {
 		attrs = append(attrs, authorizer.AttributesRecord{
@@ -179,9 +181,15 @@ func (a *auth) attributes(u user.Info, r *http.Request) []authorizer.AttributesR
 	return attrs
 }
 
-// nodeFor returns the node a request is about: for paths naming a pod
-// (/{endpoint}/{namespace}/{pod}/…), the node that pod is bound to.
-func (a *auth) nodeFor(path string) string {
+// nodeFor returns the node a request is about: for /stats and /metrics,
+// the node whose address it was sent to (as the handlers serve it); for
+// paths naming a pod (/{endpoint}/{namespace}/{pod}/…), the node that pod
+// is bound to; else the primary node.
+func (a *auth) nodeFor(r *http.Request) string {
+	path := r.URL.Path
+	if servesAddressedNode(path) {
+		return addressedNode(r, a.addrs, a.nodeName)
+	}
 	if a.pods == nil {
 		return a.nodeName
 	}

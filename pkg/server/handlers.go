@@ -50,6 +50,9 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
+	s.statsRoutes(mux)
+	// Anything else under these (/metrics/probes, /metrics/cadvisor, /stats/…)
+	// is not served yet.
 	for _, p := range []string{"/metrics/", "/stats/", "/logs/"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("%s is not implemented by nodelet", r.URL.Path), http.StatusNotImplemented)

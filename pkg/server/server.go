@@ -1,9 +1,11 @@
 // Package server owns the kubelet API of the nodes this agent runs: the HTTPS
 // endpoint at the nodes' daemon endpoint port that the API server calls for
-// `kubectl logs`, `exec`, `attach` and `port-forward`, and that serves /pods
-// and /healthz. Every request is authenticated (client certificate or bearer
-// token by TokenReview) and authorized (SubjectAccessReview on the nodes/*
-// subresources) the way the kubelet does it, then handed to a Backend.
+// `kubectl logs`, `exec`, `attach` and `port-forward`, and that serves /pods,
+// /healthz and, for `kubectl top` and metrics-server, /stats/summary and
+// /metrics/resource. Every request is authenticated (client certificate or
+// bearer token by TokenReview) and authorized (SubjectAccessReview on the
+// nodes/* subresources) the way the kubelet does it, then handed to a
+// Backend.
 // An ExecProvider reports a command's exit code by returning an error with
 // an ExitCode() int method (as *os/exec.ExitError has); clients then see
 // "command terminated with exit code N".
@@ -19,6 +21,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -26,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // Backend is what the server serves from: one for the whole agent, routing
@@ -46,6 +50,22 @@ type PodNodeResolver interface {
 	NodeForPod(namespace, name string) (node string, ok bool)
 }
 
+// SummaryProvider is an optional Backend interface: the usage summary of
+// one of the agent's nodes, served at /stats/summary and as the resource
+// metrics at /metrics/resource. Backends without it answer 501 there.
+type SummaryProvider interface {
+	Summary(ctx context.Context, node string) (*statsv1alpha1.Summary, error)
+}
+
+// NodeAddressResolver is an optional Backend interface for agents whose
+// nodes each have their own IP on the one listener: it names the node a
+// request was addressed to (by the connection's local IP), so that /stats
+// and /metrics serve, and are authorized against, that node. ok false (or
+// a backend without it) means the server's NodeName.
+type NodeAddressResolver interface {
+	NodeForAddress(ip netip.Addr) (node string, ok bool)
+}
+
 // Authorization modes, as the kubelet names them.
 const (
 	AuthorizationModeWebhook     = "Webhook"
@@ -60,7 +80,9 @@ type Options struct {
 	// the nodes publish in status.daemonEndpoints.kubeletEndpoint.
 	Port int32
 	// NodeName is the node that requests not about a pod (and, without a
-	// PodNodeResolver, all requests) are authorized against. Required.
+	// PodNodeResolver, all requests) are authorized against, and whose
+	// stats are served, unless a NodeAddressResolver names another node
+	// for /stats and /metrics. Required.
 	NodeName string
 
 	// TLSCertFile and TLSPrivateKeyFile hold the serving certificate. When

@@ -186,14 +186,14 @@ func (b *fakeBackend) PortForward(_ context.Context, _, _ string, port int32, st
 type testServer struct {
 	addr    string
 	reviews *reviews
-	backend *fakeBackend
+	backend Backend
 	done    chan error
 	cancel  context.CancelFunc
 }
 
 // startServer starts a server for node-a with opts (NodeName, Address and
 // Port are set here) and stops it when the test ends.
-func startServer(t *testing.T, backend *fakeBackend, opts Options, allowed ...string) *testServer {
+func startServer(t *testing.T, backend Backend, opts Options, allowed ...string) *testServer {
 	t.Helper()
 	rv := &reviews{allowed: map[string]bool{}}
 	for _, u := range allowed {

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+
+	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/pkg/stats"
+)
+
+// statsRoutes adds /stats/summary and /metrics/resource when the backend
+// has summaries; without, they fall to the 501 of /stats/ and /metrics/.
+func (s *Server) statsRoutes(mux *http.ServeMux) {
+	sp, ok := s.backend.(SummaryProvider)
+	if !ok {
+		return
+	}
+	// The kubelet takes the query in a POST's form as well.
+	mux.HandleFunc("GET /stats/summary", s.getSummary(sp))
+	mux.HandleFunc("POST /stats/summary", s.getSummary(sp))
+	mux.Handle("GET /metrics/resource", stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
+		return summaryOf(r, sp, s.requestNode(r))
+	}))
+}
+
+// getSummary answers the summary of the request's node as JSON; with
+// only_cpu_and_memory=true, only its CPU and memory part.
+func (s *Server) getSummary(sp SummaryProvider) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, fmt.Sprintf("parse the query: %v", err), http.StatusBadRequest)
+			return
+		}
+		onlyCPUAndMemory := r.Form["only_cpu_and_memory"]
+		node := s.requestNode(r)
+		summary, err := summaryOf(r, sp, node)
+		if err != nil {
+			klog.FromContext(r.Context()).Error(err, "Unable to get the stats summary", "node", node)
+			http.Error(w, fmt.Sprintf("Internal Error: %v", err), http.StatusInternalServerError)
+			return
+		}
+		if len(onlyCPUAndMemory) == 1 && onlyCPUAndMemory[0] == "true" {
+			summary = stats.CPUAndMemory(summary)
+		}
+		// Indented, as the kubelet answers it: people read it with kubectl get --raw.
+		data, err := json.MarshalIndent(summary, "", "  ")
+		if err != nil {
+			http.Error(w, fmt.Sprintf("encode the summary: %v", err), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if _, err := w.Write(data); err != nil {
+			klog.FromContext(r.Context()).V(4).Info("Unable to write the stats summary", "err", err)
+		}
+	}
+}
+
+// summaryOf asks the backend for the summary of node.
+func summaryOf(r *http.Request, sp SummaryProvider, node string) (*statsv1alpha1.Summary, error) {
+	summary, err := sp.Summary(r.Context(), node)
+	if err != nil {
+		return nil, fmt.Errorf("stats summary of node %s: %w", node, err)
+	}
+	if summary == nil {
+		return nil, fmt.Errorf("stats summary of node %s: %w", node, errNoSummary)
+	}
+	return summary, nil
+}
+
+var errNoSummary = errors.New("the backend returned none")
+
+// requestNode is the node a /stats or /metrics request is served for.
+func (s *Server) requestNode(r *http.Request) string {
+	resolver, _ := s.backend.(NodeAddressResolver)
+	return addressedNode(r, resolver, s.opts.NodeName)
+}
+
+// servesAddressedNode tells the paths that serve, and are authorized
+// against, the node a request was addressed to.
+func servesAddressedNode(path string) bool {
+	return underPath(path, "/stats") || underPath(path, "/metrics")
+}
+
+// addressedNode returns the node whose IP the request's connection was
+// accepted on, as resolver names it, else fallback.
+func addressedNode(r *http.Request, resolver NodeAddressResolver, fallback string) string {
+	if resolver == nil {
+		return fallback
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return fallback
+	}
+	ip, ok := ipOf(local)
+	if !ok {
+		return fallback
+	}
+	if node, ok := resolver.NodeForAddress(ip); ok {
+		return node
+	}
+	return fallback
+}
+
+// ipOf returns the IP of a TCP address; IPv4 addresses accepted on an IPv6
+// socket come as plain IPv4, as the nodes publish them.
+func ipOf(addr net.Addr) (netip.Addr, bool) {
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		ip, ok := netip.AddrFromSlice(tcp.IP)
+		return ip.Unmap(), ok
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
