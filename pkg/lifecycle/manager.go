@@ -84,6 +84,8 @@ type Parts struct {
 	Env      env.Getter
 	Recorder record.EventRecorder
 	CSI      *csimount.Manager
+	// Probes, when set, count the probe attempts.
+	Probes *ProbeMetrics
 }
 
 // Manager runs the pods of one node through its Runtime.
@@ -154,7 +156,7 @@ func New(parts Parts, opts Options) (*Manager, error) {
 	}
 	m.deps = &workerDeps{
 		ctx: ctx, clock: opts.Clock, runtime: parts.Runtime, volumes: parts.Volumes, csi: parts.CSI,
-		env: parts.Env, recorder: parts.Recorder, states: m.states,
+		env: parts.Env, recorder: parts.Recorder, states: m.states, probes: parts.Probes,
 		nodeName: opts.NodeName, address: opts.Address, allocatable: opts.Allocatable,
 	}
 	parts.Runtime.OnExit(m.containerExited)
@@ -519,6 +521,7 @@ func (m *Manager) forget(w *podWorker) {
 	if m.byUID[w.uid] == w {
 		delete(m.byUID, w.uid)
 	}
+	m.parts.Probes.forget(w.name, w.namespace, w.uid)
 }
 
 // containerExited is the runtime's exit callback.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -184,8 +185,9 @@ func (s *fakeSandbox) PortForward(context.Context, int32, io.ReadWriteCloser) er
 // lifecycleFixture is a manager over a fakeRuntime, with the last status
 // it published of each pod.
 type lifecycleFixture struct {
-	m  *Manager
-	rt *fakeRuntime
+	m      *Manager
+	rt     *fakeRuntime
+	probes *ProbeMetrics
 
 	mu       sync.Mutex
 	statuses map[string]corev1.PodStatus
@@ -196,7 +198,9 @@ func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 	client := fake.NewClientset()
 	root := t.TempDir()
 	rt := &fakeRuntime{ips: podIPs, sandboxes: map[types.UID]*fakeSandbox{}}
+	probes := NewProbeMetrics()
 	m, err := New(Parts{
+		Probes:   probes,
 		Runtime:  rt,
 		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
 		Env:      env.NewGetter(client),
@@ -208,7 +212,7 @@ func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &lifecycleFixture{m: m, rt: rt, statuses: map[string]corev1.PodStatus{}}
+	f := &lifecycleFixture{m: m, rt: rt, probes: probes, statuses: map[string]corev1.PodStatus{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.NotifyPods(ctx, func(p *corev1.Pod) {
 		f.mu.Lock()
@@ -277,6 +281,9 @@ func TestProbesReachThePodIP(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", s.Conditions)
 	})
+	if n := testutil.ToFloat64(f.probes.total.WithLabelValues("Readiness", "successful", "web", "web", "ns", "uid-web")); n < 1 {
+		t.Errorf("prober_probe_total of the successful readiness probe is %v, want at least 1", n)
+	}
 }
 
 // A native sidecar starts first and must be running before the next init

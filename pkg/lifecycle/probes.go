@@ -53,6 +53,11 @@ func (w *podWorker) runProbeLocked(ctx context.Context, kind probe.Kind, c *core
 	pw := probe.NewWorker(kind, p, w.targetLocked(c), w.deps.clock, func(r probe.Result, msg string) {
 		w.probeChanged(ctx, kind, c, p, attempt, r, msg)
 	})
+	if m := w.deps.probes; m != nil {
+		pw.Observe(func(r probe.Result, took time.Duration) {
+			m.observe(kind, c.Name, w.name, w.namespace, w.uid, r, took)
+		})
+	}
 	go pw.Run(ctx)
 	go func() { <-ctx.Done(); pw.Stop() }()
 }

@@ -63,6 +63,7 @@ type workerDeps struct {
 	nodeName    string
 	address     string
 	allocatable func() corev1.ResourceList
+	probes      *ProbeMetrics // nil: not counted
 }
 
 // workerOwner is what a pod worker tells its manager: a new status to

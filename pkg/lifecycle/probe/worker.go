@@ -60,6 +60,7 @@ type Worker struct {
 	target   Target
 	clk      clock.Clock
 	onChange func(Result, string)
+	observe  func(Result, time.Duration) // nil: attempts are not observed
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -104,6 +105,10 @@ func NewWorker(kind Kind, p *corev1.Probe, t Target, clk clock.Clock, onChange f
 	}
 	return w
 }
+
+// Observe makes the worker call f with the result and duration of every
+// attempt, for metrics. It must be called before Run.
+func (w *Worker) Observe(f func(Result, time.Duration)) { w.observe = f }
 
 func seconds(s int32, def time.Duration) time.Duration {
 	if s <= 0 {
@@ -221,6 +226,9 @@ func (w *Worker) Run(ctx context.Context) {
 		result, msg := Once(ctx, &w.handler, w.timeout, w.target)
 		if ctx.Err() != nil {
 			return
+		}
+		if w.observe != nil {
+			w.observe(result, w.clk.Since(start))
 		}
 		w.record(ctx, gen, result, msg)
 		wait = w.period - w.clk.Since(start)
