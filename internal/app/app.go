@@ -31,10 +31,12 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/attachdetach"
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/pod"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // Version is the agent's version, reported as the node's kubelet version.
@@ -144,7 +146,8 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 		}
 	}
 
-	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory)
+	probes := lifecycle.NewProbeMetrics()
+	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory, probes)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +195,19 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	}
 	var srv *server.Server
 	if cfg.ServerEnabled() {
-		srv, err = kubeletServer(client, podProviders, cfg, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+		probeRegistry := prometheus.NewRegistry()
+		if err := probeRegistry.Register(probes); err != nil {
+			return nil, fmt.Errorf("register probe metrics: %w", err)
+		}
+		addresses := map[string]string{}
+		for _, m := range managed {
+			if m.address != "" {
+				addresses[m.name] = m.address
+			}
+		}
+		nodeStats := newStatsSource(stats.NewHost(stats.HostOptions{RootDir: cfg.RootDir}), podProviders, addresses)
+		srv, err = kubeletServer(client, podProviders, cfg, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
+			promhttp.HandlerFor(probeRegistry, promhttp.HandlerOpts{}), nodeStats)
 		if err != nil {
 			return nil, err
 		}

@@ -33,9 +33,9 @@ import (
 // (process or cri), and the loops that supervise its pods and register its
 // CSI drivers, with the informers of the caller, who starts them: claims,
 // volumes, CSI drivers, volume attachments and RuntimeClasses from cluster,
-// and the node (at least) from nodes.
+// and the node (at least) from nodes. Its probes are counted in probes.
 func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
-	cluster, nodes informers.SharedInformerFactory) ([]node.Node, map[string]func(context.Context) error, error) {
+	cluster, nodes informers.SharedInformerFactory, probes *lifecycle.ProbeMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
 	reserved := corev1.ResourceList{}
 	for _, list := range []corev1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
 		for name, q := range list {
@@ -87,6 +87,7 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		Env:      env.NewGetter(client),
 		Recorder: recorder,
 		CSI:      mounter,
+		Probes:   probes,
 	}
 	var p hostProvider
 	switch cfg.Provider {
@@ -172,8 +173,10 @@ func shimBinary() string {
 	return shim
 }
 
-// kubeletServer builds the kubelet API server of the agent's nodes.
-func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLifecycleHandler, cfg *config.Config, metrics http.Handler) (*server.Server, error) {
+// kubeletServer builds the kubelet API server of the agent's nodes, with
+// the handlers of /metrics and /metrics/probes, and the nodes' stats.
+func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLifecycleHandler, cfg *config.Config,
+	metrics, probeMetrics http.Handler, stats *statsSource) (*server.Server, error) {
 	var backend server.Backend = &multiNodeBackend{pods: pods}
 	if len(pods) == 1 {
 		for _, p := range pods {
@@ -191,6 +194,9 @@ func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLife
 		ClientCAFile:          cfg.Authentication.X509.ClientCAFile,
 		WebhookAuthentication: ptr.To(ptr.Deref(cfg.Authentication.Webhook.Enabled, true)),
 		Metrics:               metrics,
+		ProbeMetrics:          probeMetrics,
+		Stats:                 stats,
+		Addresses:             stats,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API server: %w", err)

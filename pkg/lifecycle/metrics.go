@@ -16,7 +16,8 @@ type ProbeMetrics struct {
 	duration *prometheus.HistogramVec
 }
 
-// NewProbeMetrics returns the probe metrics, to be registered by the caller.
+// NewProbeMetrics returns the probe metrics, a collector to be registered
+// by the caller.
 func NewProbeMetrics() *ProbeMetrics {
 	return &ProbeMetrics{
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -31,9 +32,15 @@ func NewProbeMetrics() *ProbeMetrics {
 	}
 }
 
-// Collectors are what to register.
-func (m *ProbeMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.total, m.duration}
+// Describe and Collect make the probe metrics one prometheus.Collector.
+func (m *ProbeMetrics) Describe(ch chan<- *prometheus.Desc) {
+	m.total.Describe(ch)
+	m.duration.Describe(ch)
+}
+
+func (m *ProbeMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.total.Collect(ch)
+	m.duration.Collect(ch)
 }
 
 // observe counts one attempt of a probe.

@@ -75,7 +75,7 @@ func (s *Server) newAuth(ctx context.Context, tlsConfig *tls.Config) (*auth, err
 
 	a := &auth{authn: authn, authz: authz, nodeName: s.opts.NodeName}
 	a.pods, _ = s.backend.(PodNodeResolver)
-	a.addrs, _ = s.backend.(NodeAddressResolver)
+	a.addrs = s.opts.Addresses
 	return a, nil
 }
 

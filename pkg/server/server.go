@@ -50,18 +50,16 @@ type PodNodeResolver interface {
 	NodeForPod(namespace, name string) (node string, ok bool)
 }
 
-// SummaryProvider is an optional Backend interface: the usage summary of
-// one of the agent's nodes, served at /stats/summary and as the resource
-// metrics at /metrics/resource. Backends without it answer 501 there.
+// SummaryProvider is the usage summary of the agent's nodes, served at
+// /stats/summary and as the resource metrics at /metrics/resource.
 type SummaryProvider interface {
 	Summary(ctx context.Context, node string) (*statsv1alpha1.Summary, error)
 }
 
-// NodeAddressResolver is an optional Backend interface for agents whose
-// nodes each have their own IP on the one listener: it names the node a
-// request was addressed to (by the connection's local IP), so that /stats
-// and /metrics serve, and are authorized against, that node. ok false (or
-// a backend without it) means the server's NodeName.
+// NodeAddressResolver names, for agents whose nodes each have their own IP
+// on the one listener, the node a request was addressed to (by the
+// connection's local IP), so that /stats and /metrics serve, and are
+// authorized against, that node. ok false means the server's NodeName.
 type NodeAddressResolver interface {
 	NodeForAddress(ip netip.Addr) (node string, ok bool)
 }
@@ -133,6 +131,13 @@ type Options struct {
 	// Metrics serves /metrics (authorized as nodes/metrics, as the
 	// kubelet's); nil answers 501.
 	Metrics http.Handler
+	// ProbeMetrics serves /metrics/probes; nil answers 501.
+	ProbeMetrics http.Handler
+	// Stats serves /stats/summary and /metrics/resource; nil answers 501.
+	Stats SummaryProvider
+	// Addresses, when set, picks the node of /stats and /metrics requests
+	// by the address they were sent to.
+	Addresses NodeAddressResolver
 }
 
 func (o *Options) setDefaults() {

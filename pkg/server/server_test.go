@@ -456,8 +456,18 @@ func TestMetricsHandler(t *testing.T) {
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "nodelet_config_ok 1\n")
 	})
-	ts := startServer(t, &fakeBackend{}, Options{Metrics: metrics}, "alice")
-	status, body := ts.do(t, http.MethodGet, "/metrics", "alice-token", nil)
+	probes := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "prober_probe_total 1\n")
+	})
+	ts := startServer(t, &fakeBackend{}, Options{Metrics: metrics, ProbeMetrics: probes}, "alice")
+	status, body := ts.do(t, http.MethodGet, "/metrics/probes", "alice-token", nil)
+	if status != http.StatusOK || body != "prober_probe_total 1\n" {
+		t.Errorf("GET /metrics/probes = %d %q, want 200 and the probe handler's answer", status, body)
+	}
+	if status, _ := ts.do(t, http.MethodGet, "/metrics/probes", "bob-token", nil); status != http.StatusForbidden {
+		t.Errorf("GET /metrics/probes by a user without nodes/metrics = %d, want 403", status)
+	}
+	status, body = ts.do(t, http.MethodGet, "/metrics", "alice-token", nil)
 	if status != http.StatusOK || body != "nodelet_config_ok 1\n" {
 		t.Errorf("GET /metrics = %d %q, want 200 and the handler's answer", status, body)
 	}

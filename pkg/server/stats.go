@@ -14,11 +14,15 @@ import (
 	"github.com/nodelet/nodelet/pkg/stats"
 )
 
-// statsRoutes adds /stats/summary and /metrics/resource when the backend
-// has summaries; without, they fall to the 501 of /stats/ and /metrics/.
+// statsRoutes adds /stats/summary and /metrics/resource when the server
+// has a summary source, and /metrics/probes when it has probe metrics;
+// without, they fall to the 501 of /stats/ and /metrics/.
 func (s *Server) statsRoutes(mux *http.ServeMux) {
-	sp, ok := s.backend.(SummaryProvider)
-	if !ok {
+	if s.opts.ProbeMetrics != nil {
+		mux.Handle("GET /metrics/probes", s.opts.ProbeMetrics)
+	}
+	sp := s.opts.Stats
+	if sp == nil {
 		return
 	}
 	// The kubelet takes the query in a POST's form as well.
@@ -61,7 +65,7 @@ func (s *Server) getSummary(sp SummaryProvider) http.HandlerFunc {
 	}
 }
 
-// summaryOf asks the backend for the summary of node.
+// summaryOf asks the summary source for the summary of node.
 func summaryOf(r *http.Request, sp SummaryProvider, node string) (*statsv1alpha1.Summary, error) {
 	summary, err := sp.Summary(r.Context(), node)
 	if err != nil {
@@ -73,12 +77,11 @@ func summaryOf(r *http.Request, sp SummaryProvider, node string) (*statsv1alpha1
 	return summary, nil
 }
 
-var errNoSummary = errors.New("the backend returned none")
+var errNoSummary = errors.New("the summary source returned none")
 
 // requestNode is the node a /stats or /metrics request is served for.
 func (s *Server) requestNode(r *http.Request) string {
-	resolver, _ := s.backend.(NodeAddressResolver)
-	return addressedNode(r, resolver, s.opts.NodeName)
+	return addressedNode(r, s.opts.Addresses, s.opts.NodeName)
 }
 
 // servesAddressedNode tells the paths that serve, and are authorized

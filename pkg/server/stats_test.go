@@ -69,7 +69,7 @@ func (b *statsBackend) askedFor() []string {
 
 func TestStatsSummary(t *testing.T) {
 	b := newStatsBackend()
-	ts := startServer(t, b, Options{}, "alice")
+	ts := startServer(t, b, Options{Stats: b, Addresses: b}, "alice")
 
 	status, body := ts.do(t, http.MethodGet, "/stats/summary", "alice-token", nil)
 	if status != http.StatusOK {
@@ -113,7 +113,7 @@ func TestStatsSummary(t *testing.T) {
 
 func TestResourceMetrics(t *testing.T) {
 	b := newStatsBackend()
-	ts := startServer(t, b, Options{}, "alice")
+	ts := startServer(t, b, Options{Stats: b, Addresses: b}, "alice")
 
 	status, body := ts.do(t, http.MethodGet, "/metrics/resource", "alice-token", nil)
 	if status != http.StatusOK {
@@ -144,7 +144,8 @@ func TestResourceMetrics(t *testing.T) {
 }
 
 func TestStatsPathsNotServed(t *testing.T) {
-	ts := startServer(t, newStatsBackend(), Options{}, "alice")
+	b := newStatsBackend()
+	ts := startServer(t, b, Options{Stats: b, Addresses: b}, "alice")
 	for _, path := range []string{"/metrics/probes", "/metrics/cadvisor", "/stats/container", "/stats/", "/metrics"} {
 		if status, _ := ts.do(t, http.MethodGet, path, "alice-token", nil); status != http.StatusNotImplemented {
 			t.Errorf("GET %s = %d, want 501", path, status)
@@ -165,7 +166,7 @@ func TestStatsOfTheAddressedNode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newStatsBackend()
 			b.addrs = tt.addrs
-			ts := startServer(t, b, Options{}, "alice")
+			ts := startServer(t, b, Options{Stats: b, Addresses: b}, "alice")
 
 			status, body := ts.do(t, http.MethodGet, "/stats/summary", "alice-token", nil)
 			var s statsv1alpha1.Summary
@@ -201,7 +202,7 @@ func TestAuthorizationAttributesOfTheAddressedNode(t *testing.T) {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
 			b := newStatsBackend()
 			b.addrs = map[netip.Addr]string{netip.MustParseAddr("127.0.0.1"): "node-c"}
-			ts := startServer(t, b, Options{}) // nobody allowed: every alternative is tried
+			ts := startServer(t, b, Options{Stats: b, Addresses: b}) // nobody allowed: every alternative is tried
 			if status, _ := ts.do(t, tt.method, tt.path, "alice-token", nil); status != http.StatusForbidden {
 				t.Errorf("status = %d, want 403", status)
 			}

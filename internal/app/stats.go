@@ -1,0 +1,65 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/stats"
+)
+
+// statsSource is the usage summary of the agent's nodes for the kubelet
+// API: each node's pods from its provider, and the node's own figures from
+// its provider when it simulates them, else from the host.
+type statsSource struct {
+	host      *stats.Host
+	nodes     map[string]provider.PodLifecycleHandler
+	byAddress map[netip.Addr]string
+}
+
+// newStatsSource serves the nodes in nodes; addresses are the nodes' own
+// InternalIPs (node → address) where they have one.
+func newStatsSource(host *stats.Host, nodes map[string]provider.PodLifecycleHandler, addresses map[string]string) *statsSource {
+	s := &statsSource{host: host, nodes: nodes, byAddress: map[netip.Addr]string{}}
+	for node, a := range addresses {
+		if ip, err := netip.ParseAddr(a); err == nil {
+			s.byAddress[ip] = node
+		}
+	}
+	return s
+}
+
+func (s *statsSource) Summary(ctx context.Context, node string) (*statsv1alpha1.Summary, error) {
+	p, ok := s.nodes[node]
+	if !ok {
+		return nil, fmt.Errorf("node %s is not one of this agent's", node)
+	}
+	sp, ok := p.(provider.StatsProvider)
+	if !ok {
+		return nil, fmt.Errorf("the provider of node %s reports no stats", node)
+	}
+	// Pods first: a simulated node's figures are its pods' plus its own.
+	pods, err := sp.PodStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pod stats of node %s: %w", node, err)
+	}
+	var ns statsv1alpha1.NodeStats
+	if np, ok := p.(provider.NodeStatsProvider); ok {
+		ns, err = np.NodeStats(ctx)
+	} else {
+		ns, err = s.host.NodeStats(ctx, node)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node stats of node %s: %w", node, err)
+	}
+	ns.NodeName = node
+	return stats.Summary(ns, pods), nil
+}
+
+func (s *statsSource) NodeForAddress(ip netip.Addr) (string, bool) {
+	node, ok := s.byAddress[ip.Unmap()]
+	return node, ok
+}
