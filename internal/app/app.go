@@ -146,8 +146,8 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 		}
 	}
 
-	probes := lifecycle.NewProbeMetrics()
-	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory, probes)
+	lifecycleMetrics := hostMetrics{probes: lifecycle.NewProbeMetrics(), runtime: lifecycle.NewRuntimeMetrics()}
+	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory, lifecycleMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -193,10 +193,13 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	if err := registerVolumeMetrics(registry, volumes); err != nil {
 		return nil, err
 	}
+	if err := registry.Register(lifecycleMetrics.runtime); err != nil {
+		return nil, fmt.Errorf("register runtime metrics: %w", err)
+	}
 	var srv *server.Server
 	if cfg.ServerEnabled() {
 		probeRegistry := prometheus.NewRegistry()
-		if err := probeRegistry.Register(probes); err != nil {
+		if err := probeRegistry.Register(lifecycleMetrics.probes); err != nil {
 			return nil, fmt.Errorf("register probe metrics: %w", err)
 		}
 		addresses := map[string]string{}

@@ -33,9 +33,10 @@ import (
 // (process or cri), and the loops that supervise its pods and register its
 // CSI drivers, with the informers of the caller, who starts them: claims,
 // volumes, CSI drivers, volume attachments and RuntimeClasses from cluster,
-// and the node (at least) from nodes. Its probes are counted in probes.
+// and the node (at least) from nodes. Its probes and runtime calls are
+// counted in metrics.
 func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
-	cluster, nodes informers.SharedInformerFactory, probes *lifecycle.ProbeMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
+	cluster, nodes informers.SharedInformerFactory, metrics hostMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
 	reserved := corev1.ResourceList{}
 	for _, list := range []corev1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
 		for name, q := range list {
@@ -84,10 +85,11 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 	parts := lifecycle.Parts{
 		Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration,
 			Allocatable: hostnode.New(host).Allocatable}),
-		Env:      env.NewGetter(client),
-		Recorder: recorder,
-		CSI:      mounter,
-		Probes:   probes,
+		Env:            env.NewGetter(client),
+		Recorder:       recorder,
+		CSI:            mounter,
+		Probes:         metrics.probes,
+		RuntimeMetrics: metrics.runtime,
 	}
 	var p hostProvider
 	switch cfg.Provider {
@@ -135,6 +137,13 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		cfg.Provider + " provider": p.Run,
 		"csi driver registry":      registrar.Run,
 	}, nil
+}
+
+// hostMetrics are the metrics of the pod lifecycle of a host node: its
+// probes (served at /metrics/probes) and runtime calls (at /metrics).
+type hostMetrics struct {
+	probes  *lifecycle.ProbeMetrics
+	runtime *lifecycle.RuntimeMetrics
 }
 
 // hostProvider is what a provider of this host's pods is to the agent.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/attachdetach"
 	"github.com/nodelet/nodelet/pkg/config"
-	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/provider/sim"
 )
@@ -24,12 +23,12 @@ import (
 // node and read claims, volumes, CSI drivers, volume attachments and
 // RuntimeClasses from cluster and the node from nodes; sim runs every
 // managed node and waits on volumes, when not nil, for attaches. Host
-// providers count their probes in probes.
+// providers count their probes and runtime calls in metrics.
 func providerNodes(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config, managed []managedNode,
-	volumes *attachdetach.World, cluster, nodes informers.SharedInformerFactory, probes *lifecycle.ProbeMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
+	volumes *attachdetach.World, cluster, nodes informers.SharedInformerFactory, metrics hostMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
 	switch cfg.Provider {
 	case config.ProviderProcess, config.ProviderCRI:
-		return hostNode(client, recorder, cfg, cluster, nodes, probes)
+		return hostNode(client, recorder, cfg, cluster, nodes, metrics)
 	}
 	built, err := simNodes(managed, cfg, volumes)
 	return built, map[string]func(context.Context) error{}, err

@@ -84,8 +84,10 @@ type Parts struct {
 	Env      env.Getter
 	Recorder record.EventRecorder
 	CSI      *csimount.Manager
-	// Probes, when set, count the probe attempts.
-	Probes *ProbeMetrics
+	// Probes, when set, count the probe attempts, and RuntimeMetrics the
+	// calls to the runtime.
+	Probes         *ProbeMetrics
+	RuntimeMetrics *RuntimeMetrics
 }
 
 // Manager runs the pods of one node through its Runtime.
@@ -144,6 +146,9 @@ func New(parts Parts, opts Options) (*Manager, error) {
 	}
 	if opts.CleanUpPeriod <= 0 {
 		opts.CleanUpPeriod = DefaultCleanUpPeriod
+	}
+	if parts.RuntimeMetrics != nil {
+		parts.Runtime = countedRuntime{Runtime: parts.Runtime, m: parts.RuntimeMetrics}
 	}
 	logger := klog.Background().WithValues("node", opts.NodeName)
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))

@@ -188,6 +188,7 @@ type lifecycleFixture struct {
 	m      *Manager
 	rt     *fakeRuntime
 	probes *ProbeMetrics
+	ops    *RuntimeMetrics
 
 	mu       sync.Mutex
 	statuses map[string]corev1.PodStatus
@@ -198,13 +199,14 @@ func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 	client := fake.NewClientset()
 	root := t.TempDir()
 	rt := &fakeRuntime{ips: podIPs, sandboxes: map[types.UID]*fakeSandbox{}}
-	probes := NewProbeMetrics()
+	probes, ops := NewProbeMetrics(), NewRuntimeMetrics()
 	m, err := New(Parts{
-		Probes:   probes,
-		Runtime:  rt,
-		Volumes:  hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
-		Env:      env.NewGetter(client),
-		Recorder: record.NewFakeRecorder(1000),
+		Probes:         probes,
+		RuntimeMetrics: ops,
+		Runtime:        rt,
+		Volumes:        hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
+		Env:            env.NewGetter(client),
+		Recorder:       record.NewFakeRecorder(1000),
 	}, Options{
 		NodeName: "node", Address: "192.0.2.1", RootDir: root,
 		Allocatable: func() corev1.ResourceList { return corev1.ResourceList{} },
@@ -212,7 +214,7 @@ func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &lifecycleFixture{m: m, rt: rt, probes: probes, statuses: map[string]corev1.PodStatus{}}
+	f := &lifecycleFixture{m: m, rt: rt, probes: probes, ops: ops, statuses: map[string]corev1.PodStatus{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.NotifyPods(ctx, func(p *corev1.Pod) {
 		f.mu.Lock()
@@ -284,6 +286,11 @@ func TestProbesReachThePodIP(t *testing.T) {
 	if n := testutil.ToFloat64(f.probes.total.WithLabelValues("Readiness", "successful", "web", "web", "ns", "uid-web")); n < 1 {
 		t.Errorf("prober_probe_total of the successful readiness probe is %v, want at least 1", n)
 	}
+	for _, op := range []string{"run_podsandbox", "start_container"} {
+		if n := testutil.ToFloat64(f.ops.total.WithLabelValues(op)); n < 1 {
+			t.Errorf("kubelet_runtime_operations_total{operation_type=%q} is %v, want at least 1", op, n)
+		}
+	}
 }
 
 // A native sidecar starts first and must be running before the next init
@@ -338,9 +345,10 @@ func TestRuntimeDownAtStartIsRetried(t *testing.T) {
 	root := t.TempDir()
 	rt := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}
 	rt.down.Store(true)
+	ops := NewRuntimeMetrics()
 	m, err := New(Parts{
 		Runtime: rt, Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
-		Env: env.NewGetter(client), Recorder: record.NewFakeRecorder(100),
+		Env: env.NewGetter(client), Recorder: record.NewFakeRecorder(100), RuntimeMetrics: ops,
 	}, Options{NodeName: "node", Address: "192.0.2.1", RootDir: root,
 		Allocatable: func() corev1.ResourceList { return corev1.ResourceList{} }})
 	if err != nil {
@@ -352,6 +360,9 @@ func TestRuntimeDownAtStartIsRetried(t *testing.T) {
 	rt.down.Store(false)
 	if _, err := m.GetPods(context.Background()); err != nil {
 		t.Fatalf("GetPods once the runtime answers: %v", err)
+	}
+	if n := testutil.ToFloat64(ops.errors.WithLabelValues("list_podsandbox")); n != 1 {
+		t.Errorf("kubelet_runtime_operations_errors_total{operation_type=\"list_podsandbox\"} = %v, want 1", n)
 	}
 }
 
