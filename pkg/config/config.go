@@ -23,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodelet/nodelet/pkg/eviction"
 )
 
 const (
@@ -146,6 +148,32 @@ type Config struct {
 	ImageGCHighThresholdPercent int32           `json:"imageGCHighThresholdPercent,omitempty"`
 	ImageGCLowThresholdPercent  int32           `json:"imageGCLowThresholdPercent,omitempty"`
 	ImageMinimumGCAge           metav1.Duration `json:"imageMinimumGCAge,omitempty"`
+
+	// EvictionHard are the hard eviction thresholds: signal (memory.available,
+	// nodefs.available, nodefs.inodesFree, imagefs.available,
+	// imagefs.inodesFree, pid.available) to the least that must stay
+	// available, a quantity or a percentage of the capacity. Below it a pod
+	// is evicted at once. When none is set they are the kubelet's:
+	// memory.available 100Mi, nodefs.available 10%, nodefs.inodesFree 5%,
+	// imagefs.available 15%, imagefs.inodesFree 5%. "0%" switches a
+	// signal off.
+	EvictionHard map[string]string `json:"evictionHard,omitempty"`
+	// EvictionSoft are soft eviction thresholds, in the same form: they
+	// evict once met for the signal's EvictionSoftGracePeriod (a duration,
+	// required for each), giving the pod its own grace period, capped by
+	// EvictionMaxPodGracePeriod.
+	EvictionSoft            map[string]string `json:"evictionSoft,omitempty"`
+	EvictionSoftGracePeriod map[string]string `json:"evictionSoftGracePeriod,omitempty"`
+	// EvictionMinimumReclaim is, per signal, how much more than its
+	// threshold must be available again before a met threshold is
+	// resolved (a quantity or a percentage).
+	EvictionMinimumReclaim map[string]string `json:"evictionMinimumReclaim,omitempty"`
+	// EvictionPressureTransitionPeriod is how long a pressure node
+	// condition stays True after its threshold was last met (default 5m).
+	EvictionPressureTransitionPeriod metav1.Duration `json:"evictionPressureTransitionPeriod,omitempty"`
+	// EvictionMaxPodGracePeriod caps, in seconds, the grace period of pods
+	// evicted for a soft threshold; 0 (default) gives each pod its own.
+	EvictionMaxPodGracePeriod int32 `json:"evictionMaxPodGracePeriod,omitempty"`
 
 	// ConfigTrialDuration is how long a newly assigned remote config is on
 	// trial: if it fails to load or the agent fails to become healthy
@@ -409,6 +437,12 @@ func SetDefaults(c *Config) {
 	}
 	setDuration(&c.VolumeSyncPeriod, 10*time.Second)
 	setDuration(&c.ConfigTrialDuration, 10*time.Minute)
+	// As the kubelet: the default hard thresholds only when none is set,
+	// never merged into the user's.
+	if c.EvictionHard == nil {
+		c.EvictionHard = DefaultEvictionHard()
+	}
+	setDuration(&c.EvictionPressureTransitionPeriod, 5*time.Minute)
 	if c.Authentication.Webhook.Enabled == nil {
 		yes := true
 		c.Authentication.Webhook.Enabled = &yes
@@ -464,6 +498,18 @@ func SetDefaults(c *Config) {
 		if _, ok := c.Sim.Capacity[name]; !ok {
 			c.Sim.Capacity[name] = q
 		}
+	}
+}
+
+// DefaultEvictionHard returns the kubelet's default hard eviction
+// thresholds (Linux).
+func DefaultEvictionHard() map[string]string {
+	return map[string]string{
+		"memory.available":   "100Mi",
+		"nodefs.available":   "10%",
+		"nodefs.inodesFree":  "5%",
+		"imagefs.available":  "15%",
+		"imagefs.inodesFree": "5%",
 	}
 }
 
@@ -609,6 +655,13 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	for _, msg := range utilvalidation.IsValidIP(field.NewPath("address"), c.Address) {
 		errs = append(errs, msg)
+	}
+	errs = append(errs, eviction.ValidateThresholds(c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim)...)
+	if c.EvictionPressureTransitionPeriod.Duration < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("evictionPressureTransitionPeriod"), c.EvictionPressureTransitionPeriod.Duration.String(), "must not be negative"))
+	}
+	if c.EvictionMaxPodGracePeriod < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("evictionMaxPodGracePeriod"), c.EvictionMaxPodGracePeriod, "must not be negative"))
 	}
 	errs = append(errs, c.AttachDetach.validate(field.NewPath("attachDetach"))...)
 	errs = append(errs, c.Sim.validate(field.NewPath("sim"))...)

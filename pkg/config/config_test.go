@@ -37,9 +37,12 @@ func TestValidateNamesEveryField(t *testing.T) {
 	c.Shard = "2/2"
 	c.Provider = "docker"
 	c.Sim.PodCIDR = "nope"
+	c.EvictionHard = map[string]string{"memory.available": "lots"}
+	c.EvictionMaxPodGracePeriod = -1
 	errs := c.Validate()
 	msg := errs.ToAggregate().Error()
-	for _, field := range []string{"nodeName", "nodeLeaseDurationSeconds", "pingInterval", "port", "shard", "provider", "sim.podCIDR"} {
+	for _, field := range []string{"nodeName", "nodeLeaseDurationSeconds", "pingInterval", "port", "shard", "provider", "sim.podCIDR",
+		"evictionHard[memory.available]", "evictionMaxPodGracePeriod"} {
 		if !strings.Contains(msg, field) {
 			t.Errorf("validation errors do not name %s: %s", field, msg)
 		}
@@ -286,5 +289,106 @@ func TestAttachDetach(t *testing.T) {
 	SetDefaults(c)
 	if c.AttachDetachEnabled() {
 		t.Error("attachDetach.enabled false was defaulted to true")
+	}
+}
+
+func TestEvictionDefaults(t *testing.T) {
+	c := Default()
+	want := map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "nodefs.inodesFree": "5%", "imagefs.available": "15%", "imagefs.inodesFree": "5%"}
+	if !reflect.DeepEqual(c.EvictionHard, want) || c.EvictionPressureTransitionPeriod.Duration != 5*time.Minute ||
+		c.EvictionMaxPodGracePeriod != 0 || c.EvictionSoft != nil || c.EvictionSoftGracePeriod != nil || c.EvictionMinimumReclaim != nil {
+		t.Errorf("eviction defaults: hard %v, transition %s, max grace %d, soft %v %v, min reclaim %v", c.EvictionHard,
+			c.EvictionPressureTransitionPeriod.Duration, c.EvictionMaxPodGracePeriod, c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim)
+	}
+	// Defaults are never merged into the user's thresholds, as with the
+	// kubelet: setting one drops the others.
+	c = &Config{EvictionHard: map[string]string{"memory.available": "1Gi"}, EvictionPressureTransitionPeriod: metav1.Duration{Duration: time.Minute}}
+	SetDefaults(c)
+	if !reflect.DeepEqual(c.EvictionHard, map[string]string{"memory.available": "1Gi"}) || c.EvictionPressureTransitionPeriod.Duration != time.Minute {
+		t.Errorf("set eviction fields were defaulted: %v, %s", c.EvictionHard, c.EvictionPressureTransitionPeriod.Duration)
+	}
+	// Each Default gets its own map.
+	Default().EvictionHard["memory.available"] = "1Ki"
+	if Default().EvictionHard["memory.available"] != "100Mi" {
+		t.Error("the default evictionHard map is shared")
+	}
+}
+
+func TestLoadEviction(t *testing.T) {
+	c, err := Decode([]byte(header+`nodeName: a
+evictionHard:
+  memory.available: 500Mi
+  nodefs.available: "5%"
+evictionSoft:
+  memory.available: 1Gi
+evictionSoftGracePeriod:
+  memory.available: 1m30s
+evictionMinimumReclaim:
+  memory.available: 200Mi
+evictionPressureTransitionPeriod: 30s
+evictionMaxPodGracePeriod: 60
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	SetDefaults(c)
+	if errs := c.Validate(); len(errs) != 0 {
+		t.Fatalf("invalid: %v", errs)
+	}
+	if len(c.EvictionHard) != 2 || c.EvictionSoft["memory.available"] != "1Gi" || c.EvictionSoftGracePeriod["memory.available"] != "1m30s" ||
+		c.EvictionMinimumReclaim["memory.available"] != "200Mi" || c.EvictionPressureTransitionPeriod.Duration != 30*time.Second || c.EvictionMaxPodGracePeriod != 60 {
+		t.Errorf("loaded %v %v %v %v %s %d", c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim,
+			c.EvictionPressureTransitionPeriod.Duration, c.EvictionMaxPodGracePeriod)
+	}
+}
+
+func TestValidateEviction(t *testing.T) {
+	tests := []struct {
+		name    string
+		set     func(*Config)
+		wantErr []string // each in the errors
+	}{
+		{name: "valid", set: func(c *Config) {
+			c.EvictionHard = map[string]string{"memory.available": "100Mi", "pid.available": "0%"}
+			c.EvictionSoft = map[string]string{"nodefs.available": "15%"}
+			c.EvictionSoftGracePeriod = map[string]string{"nodefs.available": "2m"}
+			c.EvictionMinimumReclaim = map[string]string{"nodefs.available": "1Gi"}
+		}},
+		{name: "bad values name the field and key", set: func(c *Config) {
+			c.EvictionHard = map[string]string{"memory.available": "lots", "disk.available": "1Gi"}
+			c.EvictionSoft = map[string]string{"memory.available": "200%"}
+			c.EvictionSoftGracePeriod = map[string]string{"memory.available": "soon"}
+			c.EvictionMinimumReclaim = map[string]string{"nodefs.available": "-1Gi"}
+		}, wantErr: []string{
+			`evictionHard[memory.available]: Invalid value: "lots": must be a quantity such as 100Mi or a percentage such as 10%`,
+			`evictionHard[disk.available]: Unsupported value: "disk.available"`,
+			`evictionSoft[memory.available]: Invalid value: "200%"`,
+			`evictionSoftGracePeriod[memory.available]: Invalid value: "soon"`,
+			`evictionMinimumReclaim[nodefs.available]: Invalid value: "-1Gi"`,
+		}},
+		{name: "a soft threshold needs a grace period", set: func(c *Config) {
+			c.EvictionSoft = map[string]string{"memory.available": "1Gi"}
+		}, wantErr: []string{`evictionSoftGracePeriod[memory.available]: Required value`}},
+		{name: "negative periods", set: func(c *Config) {
+			c.EvictionPressureTransitionPeriod.Duration = -time.Second
+			c.EvictionMaxPodGracePeriod = -1
+		}, wantErr: []string{`evictionPressureTransitionPeriod: Invalid value: "-1s"`, `evictionMaxPodGracePeriod: Invalid value: -1`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{NodeName: "n"}
+			tt.set(c)
+			SetDefaults(c)
+			errs := c.Validate()
+			if len(errs) != len(tt.wantErr) {
+				t.Errorf("%d errors, want %d: %v", len(errs), len(tt.wantErr), errs)
+			}
+			msg := errs.ToAggregate()
+			for _, w := range tt.wantErr {
+				if msg == nil || !strings.Contains(msg.Error(), w) {
+					t.Errorf("errors %v do not say %q", msg, w)
+				}
+			}
+		})
 	}
 }

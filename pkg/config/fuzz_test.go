@@ -32,6 +32,8 @@ func FuzzDecode(f *testing.F) {
 		header + "registerWithTaints:\n- key: a\n  effect: [x]\n",
 		header + "containerLogMaxSize: 1e400\nkubeAPIQPS: 1e39\n",
 		header + "nodeName: &a x\nshard: *a\n",
+		header + "evictionHard:\n  memory.available: 1Gi\nevictionSoft:\n  nodefs.available: \"10%\"\nevictionSoftGracePeriod:\n  nodefs.available: 1m\n",
+		header + "evictionHard: {}\nevictionMinimumReclaim:\n  pid.available: 5%x\n",
 		"apiVersion: nodelet.io/v1\nkind: NodeletConfiguration\n",
 		`{"apiVersion":"nodelet.io/v1alpha1","kind":"NodeletConfiguration","nodes":-1}`,
 		"a: &a [*a, *a]\n",
