@@ -20,8 +20,13 @@ import (
 // then the containers.
 func (w *podWorker) step(ctx context.Context) time.Duration {
 	w.mu.Lock()
-	pod, failed := w.pod, w.failReason != ""
+	pod, failed, evict := w.pod, w.failReason != "", w.evictReq
+	w.evictReq = nil
 	w.mu.Unlock()
+	if evict != nil && !failed {
+		w.evict(ctx, evict)
+		return 0
+	}
 	if failed {
 		w.stopProbes()
 		return 0

@@ -516,6 +516,25 @@ func (m *Manager) published(pod *corev1.Pod) {
 	}
 }
 
+// Evict stops the pod as e says and fails it; it returns once the worker
+// was asked to. A pod that is not running here, finished or being deleted
+// is left alone.
+func (m *Manager) Evict(pod *corev1.Pod, e Eviction) error {
+	m.mu.Lock()
+	w := m.byUID[pod.UID]
+	m.mu.Unlock()
+	if w == nil {
+		return fmt.Errorf("evict pod %s: %w", klog.KObj(pod), provider.ErrNotFound)
+	}
+	w.mu.Lock()
+	if w.failReason == "" && !w.deleting && w.evictReq == nil {
+		w.evictReq = &e
+	}
+	w.mu.Unlock()
+	w.kick()
+	return nil
+}
+
 // forget removes a terminated pod.
 func (m *Manager) forget(w *podWorker) {
 	m.mu.Lock()

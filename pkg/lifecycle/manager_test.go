@@ -26,6 +26,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // fakeRuntime is a runtime whose containers run on paper: a start makes a
@@ -502,4 +503,37 @@ func TestTerminatingPodIsNotReady(t *testing.T) {
 		cs := s.ContainerStatuses[0]
 		return !cs.Ready && cs.State.Running != nil, fmt.Sprintf("%+v", cs)
 	})
+}
+
+// An evicted pod's containers are stopped and the pod fails with the
+// eviction's reason, message and conditions; the pod is not restarted.
+func TestEvictFailsThePod(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("hog", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{Name: "app", Image: "i"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "running", func() (bool, string) {
+		s := f.status("hog")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	disruption := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet", Message: "low on memory"}
+	if err := f.m.Evict(pod, Eviction{Reason: "Evicted", Message: "The node was low on resource: memory.", Conditions: []corev1.PodCondition{disruption}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "failed as evicted", func() (bool, string) {
+		s := f.status("hog")
+		hasDisruption := false
+		for _, c := range s.Conditions {
+			hasDisruption = hasDisruption || c.Type == corev1.DisruptionTarget && c.Reason == "TerminationByKubelet"
+		}
+		return s.Phase == corev1.PodFailed && s.Reason == "Evicted" && hasDisruption &&
+			len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].State.Terminated != nil, fmt.Sprintf("%+v", s)
+	})
+	if got := f.rt.recorded(); !slices.Equal(got, []string{"start app", "stop app"}) {
+		t.Errorf("runtime saw %v, want the container started once and stopped", got)
+	}
+	if err := f.m.Evict(testPod("other", corev1.PodSpec{}), Eviction{Reason: "Evicted"}); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("evicting an unknown pod: %v, want ErrNotFound", err)
+	}
 }

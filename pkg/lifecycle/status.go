@@ -52,8 +52,11 @@ type podView struct {
 	init        []containerView
 	regular     []containerView
 	ephemeral   []containerView
-	// failReason and failMessage fail the whole pod (DeadlineExceeded).
+	// failReason and failMessage fail the whole pod (DeadlineExceeded,
+	// Evicted); conditions are added with them (an eviction's
+	// DisruptionTarget).
 	failReason, failMessage string
+	conditions              []corev1.PodCondition
 	// terminated: the pod was deleted and everything of it stopped.
 	terminated bool
 }
@@ -250,5 +253,9 @@ func podStatus(v *podView) corev1.PodStatus {
 	allReady := len(unready) == 0 && s.Phase == corev1.PodRunning
 	cond(corev1.ContainersReady, allReady, readyReason, readyMsg)
 	cond(corev1.PodReady, allReady, readyReason, readyMsg)
+	for _, c := range v.conditions {
+		c.ObservedGeneration = pod.Generation
+		s.Conditions = append(s.Conditions, c)
+	}
 	return s
 }

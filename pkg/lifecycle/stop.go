@@ -26,6 +26,30 @@ func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
 	}
 }
 
+// Eviction says how to stop and fail a pod the node evicts: within Grace,
+// with the pod's status reason and message, and conditions added to its
+// status (the kubelet's DisruptionTarget).
+type Eviction struct {
+	Grace           time.Duration
+	Reason, Message string
+	Conditions      []corev1.PodCondition
+}
+
+// evict stops the pod's containers, hooks included, within the eviction's
+// grace period and fails the pod for good.
+func (w *podWorker) evict(ctx context.Context, e *Eviction) {
+	w.logger(ctx).Info("Evicting pod", "reason", e.Reason, "message", e.Message, "grace", e.Grace)
+	w.stopProbes()
+	w.stopAll(ctx, e.Grace, true)
+	w.mu.Lock()
+	w.failReason, w.failMessage = e.Reason, e.Message
+	w.failConditions = e.Conditions
+	w.mu.Unlock()
+	if err := w.deps.states.save(w.state()); err != nil {
+		w.logger(ctx).Error(err, "Saving pod state failed")
+	}
+}
+
 // stopAll runs the preStop hooks of the running containers (when hooks is
 // set) and stops them, all within grace: the app containers (and a running
 // init container) first, together, then the sidecars one by one, the last

@@ -95,7 +95,11 @@ type podWorker struct {
 	containers  map[string]*containerState
 	failReason  string
 	failMessage string
-	deleting    bool
+	// failConditions are added to the status of a failed pod.
+	failConditions []corev1.PodCondition
+	// evictReq asks the worker to stop and fail the pod.
+	evictReq *Eviction
+	deleting bool
 	grace       time.Duration
 	gone        bool
 
@@ -297,7 +301,7 @@ func (w *podWorker) viewLocked() *podView {
 	v := &podView{
 		pod: w.pod, hostIP: w.deps.address, startTime: w.startTime,
 		sandbox:    w.sandbox != nil && w.sandbox.Ready(),
-		failReason: w.failReason, failMessage: w.failMessage,
+		failReason: w.failReason, failMessage: w.failMessage, conditions: w.failConditions,
 		terminated: w.gone,
 	}
 	if w.sandbox != nil {

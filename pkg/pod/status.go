@@ -25,6 +25,14 @@ var ownedConditions = map[corev1.PodConditionType]bool{
 	corev1.PodReady:                  true,
 }
 
+// reportedConditions are conditions others own that the provider may
+// report all the same: PodScheduled, and the DisruptionTarget (True only)
+// of a pod the node evicts. When it does not, the API's are kept.
+var reportedConditions = map[corev1.PodConditionType]bool{
+	corev1.PodScheduled:     true,
+	corev1.DisruptionTarget: true,
+}
+
 // updateStatus patches the pod's status to what the provider reports, merged
 // with what others own, when it differs from what the API has.
 func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *corev1.Pod, reported *corev1.PodStatus) error {
@@ -92,7 +100,8 @@ func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus 
 	var conds []corev1.PodCondition
 	seen := map[corev1.PodConditionType]bool{}
 	for _, cond := range want.Conditions {
-		if seen[cond.Type] || (!ownedConditions[cond.Type] && cond.Type != corev1.PodScheduled) {
+		if seen[cond.Type] || (!ownedConditions[cond.Type] && !reportedConditions[cond.Type]) ||
+			(cond.Type == corev1.DisruptionTarget && cond.Status != corev1.ConditionTrue) {
 			continue // a duplicate, or not the provider's to report
 		}
 		seen[cond.Type] = true

@@ -31,6 +31,15 @@ func TestMergeStatus(t *testing.T) {
 		{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "Other", LastTransitionTime: past},
 	}
 
+	t.Run("an eviction's DisruptionTarget is reported", func(t *testing.T) {
+		reported := api.Status.DeepCopy()
+		reported.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"}}
+		got := mergeStatus(api, reported)
+		if c := condition(got, corev1.DisruptionTarget); c == nil || c.Reason != "TerminationByKubelet" {
+			t.Errorf("DisruptionTarget = %+v, want the provider's", c)
+		}
+	})
+
 	t.Run("others' conditions and fields survive, unchanged times are kept", func(t *testing.T) {
 		reported := api.Status.DeepCopy()
 		reported.QOSClass = ""
