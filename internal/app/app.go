@@ -146,8 +146,9 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 		}
 	}
 
-	lifecycleMetrics := hostMetrics{probes: lifecycle.NewProbeMetrics(), runtime: lifecycle.NewRuntimeMetrics()}
-	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory, lifecycleMetrics)
+	shared := hostShared{probes: lifecycle.NewProbeMetrics(), runtime: lifecycle.NewRuntimeMetrics(),
+		stats: stats.NewHost(stats.HostOptions{RootDir: cfg.RootDir})}
+	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -193,13 +194,13 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	if err := registerVolumeMetrics(registry, volumes); err != nil {
 		return nil, err
 	}
-	if err := registry.Register(lifecycleMetrics.runtime); err != nil {
+	if err := registry.Register(shared.runtime); err != nil {
 		return nil, fmt.Errorf("register runtime metrics: %w", err)
 	}
 	var srv *server.Server
 	if cfg.ServerEnabled() {
 		probeRegistry := prometheus.NewRegistry()
-		if err := probeRegistry.Register(lifecycleMetrics.probes); err != nil {
+		if err := probeRegistry.Register(shared.probes); err != nil {
 			return nil, fmt.Errorf("register probe metrics: %w", err)
 		}
 		addresses := map[string]string{}
@@ -208,7 +209,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 				addresses[m.name] = m.address
 			}
 		}
-		nodeStats := newStatsSource(stats.NewHost(stats.HostOptions{RootDir: cfg.RootDir}), podProviders, addresses)
+		nodeStats := newStatsSource(shared.stats, podProviders, addresses)
 		srv, err = kubeletServer(client, podProviders, cfg, promhttp.HandlerFor(registry, promhttp.HandlerOpts{}),
 			promhttp.HandlerFor(probeRegistry, promhttp.HandlerOpts{}), nodeStats)
 		if err != nil {

@@ -6,16 +6,19 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
@@ -27,6 +30,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/provider/process"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // hostNode builds the one node of a provider that runs pods on this host
@@ -34,9 +38,10 @@ import (
 // CSI drivers, with the informers of the caller, who starts them: claims,
 // volumes, CSI drivers, volume attachments and RuntimeClasses from cluster,
 // and the node (at least) from nodes. Its probes and runtime calls are
-// counted in metrics.
+// counted in shared's metrics, and its eviction manager reads the host's
+// figures there.
 func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config,
-	cluster, nodes informers.SharedInformerFactory, metrics hostMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
+	cluster, nodes informers.SharedInformerFactory, shared hostShared) ([]node.Node, map[string]func(context.Context) error, error) {
 	reserved := corev1.ResourceList{}
 	for _, list := range []corev1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
 		for name, q := range list {
@@ -77,10 +82,19 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		return nil, nil, err
 	}
 
+	// The eviction manager and the provider need each other: it evicts
+	// the provider's pods, the provider reports its conditions and asks it
+	// to admit pods. It reaches the provider through p, set below.
+	var p hostProvider
+	evictor, err := evictionManager(cfg, recorder, shared.stats, func() hostProvider { return p })
+	if err != nil {
+		return nil, nil, err
+	}
 	host := hostnode.Options{
 		NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
 		Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
 		AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls,
+		Pressure:             evictor.SetNodeConditions, Admit: evictor.Admit,
 	}
 	parts := lifecycle.Parts{
 		Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration,
@@ -88,10 +102,9 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		Env:            env.NewGetter(client),
 		Recorder:       recorder,
 		CSI:            mounter,
-		Probes:         metrics.probes,
-		RuntimeMetrics: metrics.runtime,
+		Probes:         shared.probes,
+		RuntimeMetrics: shared.runtime,
 	}
-	var p hostProvider
 	switch cfg.Provider {
 	case config.ProviderCRI:
 		p, err = cri.New(parts, cri.Options{
@@ -136,22 +149,98 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 	return built, map[string]func(context.Context) error{
 		cfg.Provider + " provider": p.Run,
 		"csi driver registry":      registrar.Run,
+		"eviction manager":         evictor.Run,
 	}, nil
 }
 
-// hostMetrics are the metrics of the pod lifecycle of a host node: its
-// probes (served at /metrics/probes) and runtime calls (at /metrics).
-type hostMetrics struct {
+// hostShared is what a host node shares with the rest of the agent: the
+// metrics of its pod lifecycle (probes, served at /metrics/probes, and
+// runtime calls, at /metrics) and the host's figures.
+type hostShared struct {
 	probes  *lifecycle.ProbeMetrics
 	runtime *lifecycle.RuntimeMetrics
+	stats   *stats.Host
 }
 
 // hostProvider is what a provider of this host's pods is to the agent.
 type hostProvider interface {
 	provider.PodLifecycleHandler
 	provider.NodeProvider
+	provider.StatsProvider
 	Run(ctx context.Context) error
 	VolumesChanged()
+	NodeStatusChanged()
+	Evict(pod *corev1.Pod, e lifecycle.Eviction) error
+}
+
+// imageReclaimer is a host provider that can free disk space of its own
+// under disk pressure (cri: dead containers and unused images).
+type imageReclaimer interface {
+	DeleteDeadContainers(ctx context.Context) error
+	DeleteUnusedImages(ctx context.Context) error
+}
+
+// evictionManager builds the node-pressure eviction manager of the host
+// node, from the kubelet's eviction settings; provider returns the node's
+// provider once it is built.
+func evictionManager(cfg *config.Config, recorder record.EventRecorder, host *stats.Host, provider func() hostProvider) (*eviction.Manager, error) {
+	thresholds, err := eviction.ParseThresholds(cfg.EvictionHard, cfg.EvictionSoft, cfg.EvictionSoftGracePeriod, cfg.EvictionMinimumReclaim)
+	if err != nil {
+		return nil, fmt.Errorf("eviction thresholds: %w", err)
+	}
+	deps := eviction.Deps{
+		Summary: func(ctx context.Context) (*statsv1alpha1.Summary, error) {
+			pods, err := provider().PodStats(ctx)
+			if err != nil {
+				return nil, err
+			}
+			node, err := host.NodeStats(ctx, cfg.NodeName)
+			if err != nil {
+				return nil, err
+			}
+			return stats.Summary(node, pods), nil
+		},
+		ActivePods: func() []*corev1.Pod {
+			pods, err := provider().GetPods(context.Background())
+			if err != nil {
+				return nil
+			}
+			active := pods[:0]
+			for _, pod := range pods {
+				if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+					active = append(active, pod)
+				}
+			}
+			return active
+		},
+		Evict: func(_ context.Context, pod *corev1.Pod, grace int64, st eviction.EvictionStatus) error {
+			var failed corev1.PodStatus
+			st.Apply(&failed)
+			return provider().Evict(pod, lifecycle.Eviction{
+				Grace: time.Duration(grace) * time.Second, Reason: failed.Reason, Message: failed.Message, Conditions: failed.Conditions,
+			})
+		},
+		DeleteDeadContainers: func(ctx context.Context) error {
+			if r, ok := provider().(imageReclaimer); ok {
+				return r.DeleteDeadContainers(ctx)
+			}
+			return nil
+		},
+		DeleteUnusedImages: func(ctx context.Context) error {
+			if r, ok := provider().(imageReclaimer); ok {
+				return r.DeleteUnusedImages(ctx)
+			}
+			return nil
+		},
+		NodeConditionsChanged: func() { provider().NodeStatusChanged() },
+		Recorder:              recorder,
+	}
+	return eviction.New(deps, eviction.Options{
+		NodeName:                 cfg.NodeName,
+		Thresholds:               thresholds,
+		PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod.Duration,
+		MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
+	})
 }
 
 // runtimeHandlers resolves RuntimeClasses to their handlers through the

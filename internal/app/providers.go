@@ -23,12 +23,13 @@ import (
 // node and read claims, volumes, CSI drivers, volume attachments and
 // RuntimeClasses from cluster and the node from nodes; sim runs every
 // managed node and waits on volumes, when not nil, for attaches. Host
-// providers count their probes and runtime calls in metrics.
+// providers count their probes and runtime calls, and read the host's
+// figures, in shared.
 func providerNodes(client kubernetes.Interface, recorder record.EventRecorder, cfg *config.Config, managed []managedNode,
-	volumes *attachdetach.World, cluster, nodes informers.SharedInformerFactory, metrics hostMetrics) ([]node.Node, map[string]func(context.Context) error, error) {
+	volumes *attachdetach.World, cluster, nodes informers.SharedInformerFactory, shared hostShared) ([]node.Node, map[string]func(context.Context) error, error) {
 	switch cfg.Provider {
 	case config.ProviderProcess, config.ProviderCRI:
-		return hostNode(client, recorder, cfg, cluster, nodes, metrics)
+		return hostNode(client, recorder, cfg, cluster, nodes, shared)
 	}
 	built, err := simNodes(managed, cfg, volumes)
 	return built, map[string]func(context.Context) error{}, err

@@ -44,6 +44,11 @@ type Options struct {
 	// beyond the safe set that pods may set (the kubelet's
 	// allowedUnsafeSysctls).
 	AllowedUnsafeSysctls []string
+	// Pressure, when set, reports the node's memory, disk and PID pressure
+	// conditions (the eviction manager's) over the healthy ones Describe
+	// sets, and Admit refuses pods the node cannot take under pressure.
+	Pressure func(node *corev1.Node)
+	Admit    func(pod *corev1.Pod) error
 }
 
 // Host is the node, read from the host once.
@@ -153,8 +158,9 @@ func (h *Host) Allocatable() corev1.ResourceList {
 }
 
 // Describe fills in what the node reports of the host: the well-known
-// labels (unless set), capacity, allocatable, no memory, disk or PID
-// pressure, addresses, nodeInfo and the kubelet endpoint. The Ready
+// labels (unless set), capacity, allocatable, the memory, disk and PID
+// pressure (none, or Options.Pressure's), addresses, nodeInfo and the
+// kubelet endpoint. The Ready
 // condition and the runtime's version are the caller's.
 func (h *Host) Describe(node *corev1.Node) {
 	info := h.readHost()
@@ -176,6 +182,9 @@ func (h *Host) Describe(node *corev1.Node) {
 	SetCondition(s, corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available")
 	SetCondition(s, corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure")
 	SetCondition(s, corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available")
+	if h.opts.Pressure != nil {
+		h.opts.Pressure(node)
+	}
 	s.Addresses = []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: h.opts.Address},
 		{Type: corev1.NodeHostName, Address: h.opts.NodeName},

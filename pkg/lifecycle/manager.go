@@ -64,6 +64,10 @@ type Options struct {
 	// AllowedUnsafeSysctls are the sysctls beyond the safe set that pods
 	// may set (names, or prefixes ending in "*").
 	AllowedUnsafeSysctls []string
+	// Admit, when set, may refuse a pod before it is admitted against the
+	// node's resources (node pressure): with a *provider.Rejection, the
+	// pod fails with its reason.
+	Admit func(pod *corev1.Pod) error
 	// Clock drives back-off, deadlines and probes; default the real clock.
 	Clock clock.WithTicker
 	// CleanUpPeriod is how often what pods that are gone left behind (their
@@ -356,6 +360,11 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if err := provider.AdmitSysctls(pod, m.opts.AllowedUnsafeSysctls); err != nil {
 		return err
+	}
+	if m.opts.Admit != nil {
+		if err := m.opts.Admit(pod); err != nil {
+			return err
+		}
 	}
 	if err := provider.Admit(m.opts.Allocatable(), provider.PodRequests(pod), used, count); err != nil {
 		return err

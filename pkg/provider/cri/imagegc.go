@@ -3,7 +3,9 @@ package cri
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +28,8 @@ type imageGC struct {
 	// capacity reads a filesystem's size and free bytes; statfs by default.
 	capacity func(path string) (total, free uint64, err error)
 
+	// mu serializes the collections and the eviction manager's removals.
+	mu sync.Mutex
 	// firstSeen and lastUsed are per image ID; lastUsed is when a container
 	// was last seen using it.
 	firstSeen map[string]time.Time
@@ -48,13 +52,60 @@ func statfs(path string) (total, free uint64, err error) {
 // collect looks at the image filesystem once and removes images if it is
 // too full; it returns how many bytes it freed.
 func (g *imageGC) collect(ctx context.Context, rs internalapi.RuntimeService, is internalapi.ImageManagerService) (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	candidates, err := g.scan(ctx, rs, is)
+	if err != nil {
+		return 0, err
+	}
+	fsInfo, err := is.ImageFsInfo(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("image filesystem: %w", err)
+	}
+	fss := fsInfo.GetImageFilesystems()
+	if len(fss) == 0 || fss[0].GetFsId().GetMountpoint() == "" {
+		return 0, nil
+	}
+	total, free, err := g.capacity(fss[0].GetFsId().GetMountpoint())
+	if err != nil || total == 0 {
+		return 0, err
+	}
+	usage := int((total - free) * 100 / total)
+	if usage < g.highPercent {
+		return 0, nil
+	}
+	toFree := int64(total-free) - int64(total)*int64(g.lowPercent)/100
+	klog.FromContext(ctx).Info("Image filesystem usage above the high threshold; removing unused images", "usage", usage, "high", g.highPercent, "toFree", toFree)
+	freed := g.remove(ctx, is, candidates, toFree)
+	if int64(freed) < toFree {
+		return freed, fmt.Errorf("image filesystem at %d%%: freed %d of the %d bytes to free", usage, freed, toFree)
+	}
+	return freed, nil
+}
+
+// removeUnused removes every image no container uses that is not pinned
+// and was first seen at least minAge ago, whatever the filesystem's usage:
+// what the eviction manager asks for under disk pressure.
+func (g *imageGC) removeUnused(ctx context.Context, rs internalapi.RuntimeService, is internalapi.ImageManagerService) (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	candidates, err := g.scan(ctx, rs, is)
+	if err != nil {
+		return 0, err
+	}
+	return g.remove(ctx, is, candidates, math.MaxInt64), nil
+}
+
+// scan updates when each image was first seen and last used, and returns
+// the images that may be removed, least recently used first.
+func (g *imageGC) scan(ctx context.Context, rs internalapi.RuntimeService, is internalapi.ImageManagerService) ([]*runtimeapi.Image, error) {
 	images, err := is.ListImages(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("list images: %w", err)
+		return nil, fmt.Errorf("list images: %w", err)
 	}
 	containers, err := rs.ListContainers(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("list containers: %w", err)
+		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	now := g.clock.Now()
 	inUse := map[string]bool{}
@@ -78,27 +129,6 @@ func (g *imageGC) collect(ctx context.Context, rs internalapi.RuntimeService, is
 			delete(g.lastUsed, id)
 		}
 	}
-
-	fsInfo, err := is.ImageFsInfo(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("image filesystem: %w", err)
-	}
-	fss := fsInfo.GetImageFilesystems()
-	if len(fss) == 0 || fss[0].GetFsId().GetMountpoint() == "" {
-		return 0, nil
-	}
-	total, free, err := g.capacity(fss[0].GetFsId().GetMountpoint())
-	if err != nil || total == 0 {
-		return 0, err
-	}
-	usage := int((total - free) * 100 / total)
-	if usage < g.highPercent {
-		return 0, nil
-	}
-	toFree := int64(total-free) - int64(total)*int64(g.lowPercent)/100
-	logger := klog.FromContext(ctx)
-	logger.Info("Image filesystem usage above the high threshold; removing unused images", "usage", usage, "high", g.highPercent, "toFree", toFree)
-
 	var candidates []*runtimeapi.Image
 	for _, img := range images {
 		if used(img, inUse) || img.Pinned || now.Sub(g.firstSeen[img.Id]) < g.minAge {
@@ -113,23 +143,26 @@ func (g *imageGC) collect(ctx context.Context, rs internalapi.RuntimeService, is
 		}
 		return g.firstSeen[a.Id].Before(g.firstSeen[b.Id])
 	})
+	return candidates, nil
+}
+
+// remove removes candidates in order until toFree bytes are freed, and
+// returns how many were.
+func (g *imageGC) remove(ctx context.Context, is internalapi.ImageManagerService, candidates []*runtimeapi.Image, toFree int64) uint64 {
 	var freed uint64
 	for _, img := range candidates {
-		if int64(freed) >= toFree {
+		if freed >= uint64(toFree) {
 			break
 		}
 		if err := is.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.Id}); err != nil {
-			logger.Error(err, "Removing an unused image failed", "image", img.Id)
+			klog.FromContext(ctx).Error(err, "Removing an unused image failed", "image", img.Id)
 			continue
 		}
 		freed += img.Size
 		delete(g.firstSeen, img.Id)
 		delete(g.lastUsed, img.Id)
 	}
-	if int64(freed) < toFree {
-		return freed, fmt.Errorf("image filesystem at %d%%: freed %d of the %d bytes to free", usage, freed, toFree)
-	}
-	return freed, nil
+	return freed
 }
 
 // used tells whether a container runs the image, by its ID, a tag or a

@@ -75,6 +75,7 @@ type Provider struct {
 	opts    Options
 	host    *hostnode.Host
 	runtime *criRuntime
+	imageGC *imageGC
 
 	mu      sync.Mutex
 	version string // <runtime>://<version>
@@ -151,12 +152,13 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
-		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls,
+		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: opts.Admit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cri provider: %w", err)
 	}
-	return &Provider{Manager: m, opts: opts, host: host, runtime: rt}, nil
+	gc := newImageGC(opts.Clock, opts.ImageGCHighPercent, opts.ImageGCLowPercent, opts.ImageMinimumGCAge)
+	return &Provider{Manager: m, opts: opts, host: host, runtime: rt, imageGC: gc}, nil
 }
 
 // Run keeps the snapshot of the runtime current (relist and container
@@ -306,7 +308,7 @@ const imageGCPeriod = 5 * time.Minute
 // collectImages removes unused images whenever the image filesystem is
 // too full.
 func (p *Provider) collectImages(ctx context.Context) {
-	gc := newImageGC(p.opts.Clock, p.opts.ImageGCHighPercent, p.opts.ImageGCLowPercent, p.opts.ImageMinimumGCAge)
+	gc := p.imageGC
 	for {
 		select {
 		case <-ctx.Done():
@@ -321,4 +323,49 @@ func (p *Provider) collectImages(ctx context.Context) {
 			klog.FromContext(ctx).Error(err, "Image garbage collection failed")
 		}
 	}
+}
+
+// DeleteUnusedImages removes every image no container uses (and first
+// seen at least the minimum GC age ago): what the eviction manager
+// reclaims under disk pressure before it evicts a pod.
+func (p *Provider) DeleteUnusedImages(ctx context.Context) error {
+	rs, is, err := p.runtime.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	freed, err := p.imageGC.removeUnused(ctx, rs, is)
+	klog.FromContext(ctx).V(2).Info("Removed unused images", "freed", freed)
+	return err
+}
+
+// DeleteDeadContainers removes the exited containers of the node's pods
+// but each container's latest attempt, which its status is computed from:
+// what the eviction manager reclaims under disk pressure.
+func (p *Provider) DeleteDeadContainers(ctx context.Context) error {
+	rs, _, err := p.runtime.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	p.runtime.mu.Lock()
+	sandboxes := make([]*criSandbox, 0, len(p.runtime.sandboxes))
+	for _, sb := range p.runtime.sandboxes {
+		sandboxes = append(sandboxes, sb)
+	}
+	p.runtime.mu.Unlock()
+	for _, sb := range sandboxes {
+		sb.mu.Lock()
+		latest := map[string]int{}
+		for name, list := range sb.containers {
+			if len(list) > 0 {
+				latest[name] = list[len(list)-1].status.Attempt
+			}
+		}
+		sb.mu.Unlock()
+		for name, attempt := range latest {
+			// removeDead keeps the attempt before the one it is given.
+			sb.removeDead(ctx, rs, name, attempt+1)
+		}
+		sb.refresh(ctx, rs)
+	}
+	return nil
 }

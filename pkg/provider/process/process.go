@@ -62,7 +62,7 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
-		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls,
+		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: opts.Admit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("process provider: %w", err)
