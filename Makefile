@@ -36,6 +36,16 @@ bin/csi-attacher: hack/csi-attacher/go.mod hack/csi-attacher/go.sum
 
 test e2e: bin/csi-attacher
 
+# metrics-server, which bin/controlplane up --metrics-server runs as the
+# metrics.k8s.io APIService for kubectl top (make run and the end-to-end
+# tests); its own module in hack/metrics-server pins the release.
+bin/metrics-server: hack/metrics-server/go.mod hack/metrics-server/go.sum
+	cd hack/metrics-server && CGO_ENABLED=0 $(GO) build -o ../../bin/metrics-server \
+		-ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$$($(GO) list -m -f '{{.Version}}' sigs.k8s.io/metrics-server)" \
+		sigs.k8s.io/metrics-server/cmd/metrics-server
+
+test e2e: bin/metrics-server
+
 # containerd and its runc shim for the cri provider's tests, from the Go
 # module proxy; hack/containerd pins the release. Without cgo, the btrfs,
 # devmapper and zfs snapshotters are left out. The version is read in
@@ -175,12 +185,12 @@ endif
 bin/criup:
 	$(GO) build -o bin/criup ./hack/criup
 
-run: build $(RUN_DEPS)
+run: build bin/metrics-server $(RUN_DEPS)
 	@mkdir -p $(LOCAL)
 	@if [ -f $(LOCAL)/controlplane.pid ] && kill -0 $$(cat $(LOCAL)/controlplane.pid) 2>/dev/null; then \
 		echo "control plane already running"; \
 	else \
-		nohup bin/controlplane up --dir $(LOCAL)/controlplane > $(LOCAL)/controlplane.log 2>&1 & echo $$! > $(LOCAL)/controlplane.pid; \
+		nohup bin/controlplane up --dir $(LOCAL)/controlplane --metrics-server $(CURDIR)/bin/metrics-server > $(LOCAL)/controlplane.log 2>&1 & echo $$! > $(LOCAL)/controlplane.pid; \
 	fi
 	@if [ "$(PROVIDER)" = cri ]; then \
 		if [ -f $(LOCAL)/criup.pid ] && kill -0 $$(cat $(LOCAL)/criup.pid) 2>/dev/null; then \
@@ -209,6 +219,7 @@ run: build $(RUN_DEPS)
 	@echo "nodelet node $(NODE_NAME) ($(PROVIDER) provider) is running the sample Deployment. Look at it with:"
 	@echo "  $(KUBECTL) get nodes,pods -o wide"
 	@echo "  $(KUBECTL) logs deployment/sample"
+	@echo "  $(KUBECTL) top pods   (once metrics-server has scraped the node)"
 	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/. Stop with: make stop"
 
 # With the cri provider, stopping containerd removes every pod, so the

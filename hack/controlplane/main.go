@@ -2,6 +2,8 @@
 // control plane: embedded etcd, the upstream kube-apiserver, kube-scheduler,
 // kube-controller-manager and kubectl, plus "up", which runs all four servers
 // as child processes in one directory for development and end-to-end tests.
+// With --metrics-server, "up" also runs metrics-server (built apart, by the
+// hack/metrics-server module) as the metrics.k8s.io APIService.
 // It also holds the upstream kubelet, which "up" never starts: the benchmarks
 // run it as the reference node agent for nodelet's cri provider.
 //

@@ -22,8 +22,12 @@ import (
 // of it is generated once per directory and reused by later runs.
 type pki struct {
 	dir string
-	ca  *x509.Certificate
-	key crypto.Signer
+}
+
+// authority is a CA's certificate and the key it signs with.
+type authority struct {
+	cert *x509.Certificate
+	key  crypto.Signer
 }
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
@@ -35,7 +39,8 @@ func ensurePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p := &pki{dir: dir}
-	if err := p.ensureCA(); err != nil {
+	ca, _, err := p.ensureCA("ca", "controlplane-ca")
+	if err != nil {
 		return nil, fmt.Errorf("certificate authority: %w", err)
 	}
 	leaves := []struct {
@@ -56,7 +61,7 @@ func ensurePKI(dir string) (*pki, error) {
 		if fileExists(p.path(l.name+".crt")) && fileExists(p.path(l.name+".key")) {
 			continue
 		}
-		if err := p.issue(l.name, l.cn, l.orgs, l.server, l.dnsSANs, l.ipSANs); err != nil {
+		if err := p.issue(ca, l.name, l.cn, l.orgs, l.server, l.dnsSANs, l.ipSANs); err != nil {
 			return nil, fmt.Errorf("certificate %s: %w", l.name, err)
 		}
 	}
@@ -68,26 +73,46 @@ func ensurePKI(dir string) (*pki, error) {
 	return p, nil
 }
 
-func (p *pki) ensureCA() error {
-	if fileExists(p.path("ca.crt")) && fileExists(p.path("ca.key")) {
-		cert, err := readCert(p.path("ca.crt"))
-		if err != nil {
-			return err
-		}
-		key, err := readKey(p.path("ca.key"))
-		if err != nil {
-			return err
-		}
-		p.ca, p.key = cert, key
+// ensureFrontProxy makes what the apiserver's aggregator needs to proxy
+// requests to an extension API server such as metrics-server: its own CA
+// (front-proxy-ca), which the extension server trusts to vouch for the user
+// in X-Remote-* headers, and the client certificate the apiserver presents
+// (front-proxy-client, the only name allowed). It is a CA apart from the
+// cluster's so that no ordinary client certificate can assert another user
+// through those headers. A new CA gets a new client certificate.
+func (p *pki) ensureFrontProxy() error {
+	ca, created, err := p.ensureCA("front-proxy-ca", "front-proxy-ca")
+	if err != nil {
+		return fmt.Errorf("front-proxy certificate authority: %w", err)
+	}
+	if !created && fileExists(p.path("front-proxy-client.crt")) && fileExists(p.path("front-proxy-client.key")) {
 		return nil
+	}
+	if err := p.issue(ca, "front-proxy-client", "front-proxy-client", nil, false, nil, nil); err != nil {
+		return fmt.Errorf("certificate front-proxy-client: %w", err)
+	}
+	return nil
+}
+
+// ensureCA loads the CA in name.crt and name.key, creating it (CN cn) when
+// either is missing; created says it was.
+func (p *pki) ensureCA(name, cn string) (ca authority, created bool, err error) {
+	if fileExists(p.path(name+".crt")) && fileExists(p.path(name+".key")) {
+		if ca.cert, err = readCert(p.path(name + ".crt")); err != nil {
+			return ca, false, err
+		}
+		if ca.key, err = readKey(p.path(name + ".key")); err != nil {
+			return ca, false, err
+		}
+		return ca, false, nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return err
+		return ca, false, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "controlplane-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
@@ -96,20 +121,19 @@ func (p *pki) ensureCA() error {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
-		return err
+		return ca, false, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return err
+		return ca, false, err
 	}
-	if err := writeKeyPair(p.path("ca"), der, key); err != nil {
-		return err
+	if err := writeKeyPair(p.path(name), der, key); err != nil {
+		return ca, false, err
 	}
-	p.ca, p.key = cert, key
-	return nil
+	return authority{cert: cert, key: key}, true, nil
 }
 
-func (p *pki) issue(name, cn string, orgs []string, server bool, dnsSANs []string, ipSANs []net.IP) error {
+func (p *pki) issue(ca authority, name, cn string, orgs []string, server bool, dnsSANs []string, ipSANs []net.IP) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -128,7 +152,7 @@ func (p *pki) issue(name, cn string, orgs []string, server bool, dnsSANs []strin
 		DNSNames:     dnsSANs,
 		IPAddresses:  ipSANs,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, key.Public(), p.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
 		return err
 	}

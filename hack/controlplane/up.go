@@ -24,9 +24,10 @@ import (
 // ports are chosen once per directory so that a second "up" on the same
 // directory serves at the same address and the kubeconfig stays valid.
 type ports struct {
-	Etcd      int `json:"etcd"`
-	EtcdPeer  int `json:"etcdPeer"`
-	APIServer int `json:"apiserver"`
+	Etcd          int `json:"etcd"`
+	EtcdPeer      int `json:"etcdPeer"`
+	APIServer     int `json:"apiserver"`
+	MetricsServer int `json:"metricsServer,omitempty"`
 }
 
 type upOptions struct {
@@ -36,13 +37,14 @@ type upOptions struct {
 	apiserverPort          int
 	extraAPIServerArgs     []string
 	extraControllerMgrArgs []string
+	metricsServer          string
 }
 
 func newUpCommand() *cobra.Command {
 	o := upOptions{}
 	cmd := &cobra.Command{
 		Use:          "up",
-		Short:        "Run etcd, apiserver, scheduler and controller-manager in one directory until interrupted",
+		Short:        "Run etcd, apiserver, scheduler and controller-manager (and metrics-server) in one directory until interrupted",
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -57,6 +59,7 @@ func newUpCommand() *cobra.Command {
 	f.IntVar(&o.apiserverPort, "apiserver-port", 0, "apiserver port on 127.0.0.1 (0 picks a free one the first time)")
 	f.StringArrayVar(&o.extraAPIServerArgs, "apiserver-arg", nil, "extra flag for the apiserver (repeatable)")
 	f.StringArrayVar(&o.extraControllerMgrArgs, "controller-manager-arg", nil, "extra flag for the controller-manager (repeatable)")
+	f.StringVar(&o.metricsServer, "metrics-server", "", "metrics-server binary to run as the v1beta1.metrics.k8s.io APIService, for kubectl top (empty: none)")
 	return cmd
 }
 
@@ -80,6 +83,20 @@ func (o *upOptions) run(ctx context.Context) error {
 	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", p.APIServer)
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	ms := metricsServer{path: o.metricsServer, kubeconfig: kubeconfig,
+		certDir: filepath.Join(dir, metricsServerName), port: p.MetricsServer}
+	if ms.path != "" {
+		// Fail before anything starts if it cannot run.
+		if _, err := exec.LookPath(ms.path); err != nil {
+			return fmt.Errorf("--metrics-server: %w", err)
+		}
+		if err := certs.ensureFrontProxy(); err != nil {
+			return err
+		}
+		if ms.ip, err = hostIPv4(); err != nil {
+			return err
+		}
+	}
 	if err := writeKubeconfig(kubeconfig, server, certs); err != nil {
 		return fmt.Errorf("write %s: %w", kubeconfig, err)
 	}
@@ -92,7 +109,7 @@ func (o *upOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g := &group{self: self, logDir: filepath.Join(dir, "logs"), exited: make(chan childExit, 4)}
+	g := &group{self: self, logDir: filepath.Join(dir, "logs"), exited: make(chan childExit, 8)}
 	defer g.stopAll()
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", p.Etcd)
@@ -133,6 +150,9 @@ func (o *upOptions) run(ctx context.Context) error {
 		"--max-requests-inflight=3000",
 		"--max-mutating-requests-inflight=1500",
 		"--profiling=false",
+	}
+	if ms.path != "" {
+		apiArgs = append(apiArgs, aggregatorArgs(certs)...)
 	}
 	if err := g.start("apiserver", append(apiArgs, o.extraAPIServerArgs...)...); err != nil {
 		return err
@@ -183,6 +203,13 @@ func (o *upOptions) run(ctx context.Context) error {
 	if err := g.start("controller-manager", append(cmArgs, o.extraControllerMgrArgs...)...); err != nil {
 		return err
 	}
+	if ms.path != "" {
+		if err := ms.start(ctx, g, cfg, o.readyTimeout); err != nil {
+			return err
+		}
+	} else if err := unregisterMetricsServer(ctx, cfg); err != nil {
+		return fmt.Errorf("unregister metrics-server: %w", err)
+	}
 
 	fmt.Printf("control plane ready at %s\n", server)
 	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
@@ -201,6 +228,8 @@ func (o *upOptions) run(ctx context.Context) error {
 	}
 }
 
+// loadPorts reads the ports of dir, choosing those it does not hold yet
+// (metrics-server's only when it runs) and saving them.
 func (o *upOptions) loadPorts(dir string) (ports, error) {
 	path := filepath.Join(dir, "ports.json")
 	var p ports
@@ -210,9 +239,15 @@ func (o *upOptions) loadPorts(dir string) (ports, error) {
 		if err := json.Unmarshal(data, &p); err != nil {
 			return p, fmt.Errorf("%s: %w", path, err)
 		}
-		return p, nil
 	case !errors.Is(err, os.ErrNotExist):
 		return p, err
+	}
+	if p.APIServer == 0 {
+		p.APIServer = o.apiserverPort
+	}
+	missing := []*int{&p.Etcd, &p.EtcdPeer, &p.APIServer}
+	if o.metricsServer != "" {
+		missing = append(missing, &p.MetricsServer)
 	}
 	free := func() (int, error) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -222,13 +257,18 @@ func (o *upOptions) loadPorts(dir string) (ports, error) {
 		defer l.Close()
 		return l.Addr().(*net.TCPAddr).Port, nil
 	}
-	for _, dst := range []*int{&p.Etcd, &p.EtcdPeer, &p.APIServer} {
+	changed := false
+	for _, dst := range missing {
+		if *dst != 0 {
+			continue
+		}
 		if *dst, err = free(); err != nil {
 			return p, err
 		}
+		changed = true
 	}
-	if o.apiserverPort != 0 {
-		p.APIServer = o.apiserverPort
+	if !changed {
+		return p, nil
 	}
 	data, _ = json.Marshal(p)
 	return p, os.WriteFile(path, data, 0o644)
@@ -298,12 +338,18 @@ type group struct {
 	exited   chan childExit
 }
 
+// start runs one of this binary's commands.
 func (g *group) start(name string, args ...string) error {
+	return g.startProgram(name, g.self, append([]string{name}, args...)...)
+}
+
+// startProgram runs path with args, its output in the log named for name.
+func (g *group) startProgram(name, path string, args ...string) error {
 	log, err := os.OpenFile(filepath.Join(g.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(g.self, append([]string{name}, args...)...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Children die with us even if we are killed without a chance to stop them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}

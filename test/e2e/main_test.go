@@ -124,7 +124,8 @@ func startControlPlane() (*controlPlane, error) {
 		return nil, err
 	}
 	cp := &controlPlane{dir: dir, log: log, done: make(chan struct{})}
-	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), "up", "--dir", dir)
+	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), "up", "--dir", dir,
+		"--metrics-server", filepath.Join(root, "bin/metrics-server"))
 	cp.cmd.Stdout, cp.cmd.Stderr = log, log
 	cp.cmd.SysProcAttr = stopWithParent()
 	if err := cp.cmd.Start(); err != nil {
