@@ -30,12 +30,14 @@ type controlPlane struct {
 	keep            bool
 }
 
-func startControlPlane(ctx context.Context, bin string, keep bool) (*controlPlane, error) {
+// startControlPlane runs bin/controlplane up, with extra flags for it, in a
+// fresh temporary directory and waits until it is ready.
+func startControlPlane(ctx context.Context, bin string, keep bool, extra ...string) (*controlPlane, error) {
 	dir, err := os.MkdirTemp("", "nodelet-bench-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "controlplane"), "up", "--dir", dir)
+	cmd := exec.Command(filepath.Join(bin, "controlplane"), append([]string{"up", "--dir", dir}, extra...)...)
 	log, err := os.Create(filepath.Join(dir, "up.log"))
 	if err != nil {
 		return nil, err

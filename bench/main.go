@@ -5,8 +5,10 @@
 // ratios nodelet/kwok and written as JSON. Run it with `make bench`.
 //
 // With --process-pods it measures the process provider instead (make
-// bench-process), and with --cri-pods the cri provider against the real
-// kubelet on one private containerd (make bench-cri).
+// bench-process), with --cri-pods the cri provider against the real
+// kubelet on one private containerd (make bench-cri), and with --stats what
+// serving the kubelet stats endpoints to metrics-server costs a sim agent
+// (go run ./bench --stats).
 package main
 
 import (
@@ -88,7 +90,29 @@ func main() {
 	flag.DurationVar(&co.idle, "cri-idle", time.Minute, "with --cri-pods: how long the pods run idle while the agent is measured")
 	flag.DurationVar(&co.settle, "cri-settle", 10*time.Second, "with --cri-pods: how long the agent runs after its node is Ready before the Deployment is created")
 	flag.StringVar(&co.imagesDir, "images", ".local/images", "with --cri-pods: the OCI image layout (make images) that bin/images serves as the registry")
+	var so statsOptions
+	stats := flag.Bool("stats", false, "instead: measure what serving /stats/summary and /metrics/resource to metrics-server costs one sim agent of --stats-nodes nodes, each on its own address (needs make bin/metrics-server)")
+	flag.IntVar(&so.nodes, "stats-nodes", 5000, "with --stats: the agent's nodes")
+	flag.IntVar(&so.pods, "stats-pods", 10000, "with --stats: pods spread over the nodes")
+	flag.DurationVar(&so.window, "stats-window", 2*time.Minute, "with --stats: each CPU window, with metrics-server scraping and paused")
+	flag.IntVar(&so.sample, "stats-sample", 200, "with --stats: random nodes whose endpoints are timed")
+	flag.DurationVar(&so.topTimeout, "stats-top-timeout", 5*time.Minute, "with --stats: how long metrics-server may take until kubectl top lists every node and pod")
 	flag.Parse()
+	if *stats {
+		if !flagSet("out") {
+			o.out = "bench/results-stats.json"
+		}
+		r, err := measureStats(context.Background(), o, so)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench stats: %v\n", err)
+			os.Exit(1)
+		}
+		if err := writeStatsResults(o.out, r); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if co.pods > 0 {
 		co.agents = strings.Split(criAgents, ",")
 		if !flagSet("out") {
@@ -313,20 +337,31 @@ func procCPU(pid int) float64 {
 // procStat reads a process's command name, its own CPU seconds, and the CPU
 // seconds of its children it has waited for.
 func procStat(pid int) (comm string, self, children float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	comm, f := readProcStat(pid)
+	if len(f) < 15 {
 		return "", math.NaN(), math.NaN()
 	}
-	// Fields after the command name, which is in parentheses.
-	end := strings.LastIndexByte(string(data), ')')
-	comm = string(data[strings.IndexByte(string(data), '(')+1 : end])
-	f := strings.Fields(string(data[end+2:]))
 	var utime, stime, cutime, cstime float64
 	fmt.Sscan(f[11], &utime)
 	fmt.Sscan(f[12], &stime)
 	fmt.Sscan(f[13], &cutime)
 	fmt.Sscan(f[14], &cstime)
 	return comm, (utime + stime) / 100, (cutime + cstime) / 100 // USER_HZ
+}
+
+// readProcStat reads /proc/PID/stat: the command name, and the fields after
+// it (state, ppid, …), or none when the process is gone.
+func readProcStat(pid int) (comm string, fields []string) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", nil
+	}
+	// The command name is in parentheses and may hold anything.
+	start, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
+	if start < 0 || end < start {
+		return "", nil
+	}
+	return string(data[start+1 : end]), strings.Fields(string(data[end+1:]))
 }
 
 func procPeakRSS(pid int) float64 { return procStatusKB(pid, "VmHWM:") / 1024 }
