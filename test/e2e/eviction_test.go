@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A process pod that allocates memory until the node passes a memory
+// threshold (set just below what the host has available) is evicted —
+// phase Failed, reason Evicted, the kubelet's message — while a Guaranteed
+// pod under its requests is not; the node shows MemoryPressure (and the
+// control plane its taint) and refuses a BestEffort pod while the pressure
+// lasts; both clear once the memory is free again. Not parallel: the
+// threshold is relative to the host's memory, which other tests would move.
+func TestProcessMemoryEviction(t *testing.T) {
+	node := uniqueName(t)
+	a := startProcessNodelet(t, node)
+	s, err := summaryOf(t, node)
+	if err != nil || s.Node.Memory == nil || s.Node.Memory.AvailableBytes == nil {
+		t.Fatalf("the node's memory.available: %v %+v", err, s)
+	}
+	available := int64(*s.Node.Memory.AvailableBytes) >> 20
+	// A margin wide enough that the rest of the host (the control plane,
+	// the page cache) moving by a few hundred MiB neither trips it early
+	// nor keeps it tripped once the hog is gone.
+	threshold := available - 1024
+	config := writeFile(t, "config.yaml", fmt.Sprintf(`apiVersion: nodelet.io/v1alpha1
+kind: NodeletConfiguration
+evictionHard:
+  memory.available: %dMi
+evictionPressureTransitionPeriod: 60s
+`, threshold))
+	a.stop()
+	a.args = append(a.args, "--config", config)
+	a.start()
+	waitReady(t, node, 30*time.Second)
+
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: steady
+spec:
+  nodeName: %[1]s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: steady
+    image: nodelet.io/none
+    command: ["sleep", "3600"]
+    resources:
+      requests: {cpu: 100m, memory: 100Mi}
+      limits: {cpu: 100m, memory: 100Mi}
+`, node))
+	waitPodPhase(t, ns, "steady", "Running", 60*time.Second)
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  nodeName: %[1]s
+  terminationGracePeriodSeconds: 1
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: nodelet.io/none
+    command: ["sh", "-c", "x=$(head -c 2048m /dev/zero | tr '\\0' a); sleep 3600"]
+`, node))
+
+	eventually(t, 120*time.Second, "the hog evicted", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "hog", "-o", "jsonpath={.status.phase} {.status.reason} {.status.message}")
+		if s, err := summaryOf(t, node); err == nil && s.Node.Memory != nil && s.Node.Memory.AvailableBytes != nil {
+			out += fmt.Sprintf(" (node memory.available %dMi, threshold %dMi)", *s.Node.Memory.AvailableBytes>>20, threshold)
+		}
+		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: memory."), out
+	})
+	if got := kubectl(t, "get", "pod", "-n", ns, "hog", "-o", `jsonpath={.status.conditions[?(@.type=="DisruptionTarget")].reason}`); got != "TerminationByKubelet" {
+		t.Errorf("hog's DisruptionTarget reason %q, want TerminationByKubelet", got)
+	}
+	if got := kubectl(t, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`); got != "True" {
+		t.Errorf("MemoryPressure %q right after the eviction, want True for the transition period", got)
+	}
+	eventually(t, 30*time.Second, "the memory-pressure taint", func() (bool, string) {
+		out, _ := kubectlErr("get", "node", node, "-o", "jsonpath={.spec.taints[*].key}")
+		return strings.Contains(out, "node.kubernetes.io/memory-pressure"), out
+	})
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: besteffort
+spec:
+  nodeName: %[1]s
+  containers:
+  - name: be
+    image: nodelet.io/none
+    command: ["sleep", "3600"]
+`, node))
+	eventually(t, 30*time.Second, "the BestEffort pod refused", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "besteffort", "-o", "jsonpath={.status.phase} {.status.reason} {.status.message}")
+		return strings.HasPrefix(out, "Failed Evicted Pod was rejected: The node had condition: [MemoryPressure]"), out
+	})
+
+	eventually(t, 150*time.Second, "MemoryPressure and its taint cleared", func() (bool, string) {
+		cond, _ := kubectlErr("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
+		taints, _ := kubectlErr("get", "node", node, "-o", "jsonpath={.spec.taints[*].key}")
+		return cond == "False" && !strings.Contains(taints, "memory-pressure"), cond + " " + taints
+	})
+	if got := kubectl(t, "get", "pod", "-n", ns, "steady", "-o", "jsonpath={.status.phase} {.status.message}"); got != "Running " {
+		t.Errorf("the Guaranteed pod under its requests is %q, want Running", got)
+	}
+	events := kubectl(t, "get", "events", "-A", "--field-selector", "involvedObject.name="+node, "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
+	if !strings.Contains(events, "EvictionThresholdMet") {
+		t.Errorf("no EvictionThresholdMet event on the node; events:\n%s", events)
+	}
+}
