@@ -100,8 +100,8 @@ type podWorker struct {
 	// evictReq asks the worker to stop and fail the pod.
 	evictReq *Eviction
 	deleting bool
-	grace       time.Duration
-	gone        bool
+	grace    time.Duration
+	gone     bool
 
 	// setUpFailures counts the set-ups of CSI volumes that failed in a
 	// row; setUpRetryAt is when the next is due.

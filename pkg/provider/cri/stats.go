@@ -35,7 +35,19 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 		if sb == nil || sb.id != s.GetAttributes().GetId() {
 			continue // an old sandbox of the pod, or one not listed yet
 		}
-		out = append(out, sb.podStats(s))
+		ps := sb.podStats(s)
+		if pod, err := p.GetPod(ctx, ps.PodRef.Namespace, ps.PodRef.Name); err == nil && string(pod.UID) == ps.PodRef.UID {
+			// The pod's ephemeral storage: its emptyDirs on the node's
+			// disk and its containers' writable layers.
+			volumes, ephemeral := p.PodStorage(pod, p.opts.Clock.Now())
+			for _, c := range ps.Containers {
+				if c.Rootfs != nil && c.Rootfs.UsedBytes != nil {
+					*ephemeral.UsedBytes += *c.Rootfs.UsedBytes
+				}
+			}
+			ps.VolumeStats, ps.EphemeralStorage = volumes, &ephemeral
+		}
+		out = append(out, ps)
 	}
 	return out, nil
 }

@@ -5,12 +5,18 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criapitesting "k8s.io/cri-api/pkg/apis/testing"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/lifecycle/env"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 )
 
 // PodStats keeps the pod's current sandbox and its running containers:
@@ -47,7 +53,16 @@ func TestPodStats(t *testing.T) {
 		"init": {{id: "c0", status: lifecycle.ContainerStatus{Name: "init", State: lifecycle.StateExited}}},
 	}}
 	rt.sandboxes["u1"] = sb
-	p := &Provider{opts: Options{Options: hostnode.Options{NodeName: "n1"}}, runtime: rt}
+	client := fake.NewClientset()
+	m, err := lifecycle.New(lifecycle.Parts{
+		Runtime: rt, Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: t.TempDir()}),
+		Env: env.NewGetter(client), Recorder: record.NewFakeRecorder(10),
+	}, lifecycle.Options{NodeName: "n1", Address: "192.0.2.1", RootDir: t.TempDir(),
+		Allocatable: func() corev1.ResourceList { return corev1.ResourceList{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{Manager: m, opts: Options{Options: hostnode.Options{NodeName: "n1"}, Clock: clock.RealClock{}}, runtime: rt}
 
 	got, err := p.PodStats(context.Background())
 	if err != nil {

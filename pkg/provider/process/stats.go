@@ -35,8 +35,12 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 			CPU:    cpuStats(u.Pod),
 			Memory: memoryStats(u.Pod),
 		}
-		if pod, err := p.GetPod(ctx, spec.Namespace, spec.Name); err == nil && pod.UID == spec.UID && pod.Status.StartTime != nil {
-			ps.StartTime = *pod.Status.StartTime
+		if pod, err := p.GetPod(ctx, spec.Namespace, spec.Name); err == nil && pod.UID == spec.UID {
+			if pod.Status.StartTime != nil {
+				ps.StartTime = *pod.Status.StartTime
+			}
+			volumes, ephemeral := p.PodStorage(pod, u.Pod.At)
+			ps.VolumeStats, ps.EphemeralStorage = volumes, &ephemeral
 		}
 		for name, cu := range u.Containers {
 			cs := statsv1alpha1.ContainerStats{Name: name, CPU: cpuStats(cu), Memory: memoryStats(cu)}

@@ -1,0 +1,74 @@
+package hostvolume
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// VolumeUsage is what one emptyDir volume of a pod takes on the node's
+// filesystem.
+type VolumeUsage struct {
+	Name        string
+	Bytes       uint64 // allocated blocks, as du counts them
+	Inodes      uint64
+	MemoryBased bool // medium Memory: on tmpfs, not the node's disk
+}
+
+// Usage walks the pod's emptyDir volumes, as the kubelet measures them for
+// ephemeral storage. A volume not set up yet counts nothing.
+func (m *Manager) Usage(pod *corev1.Pod) []VolumeUsage {
+	root, err := m.volumesDir(pod)
+	if err != nil {
+		return nil
+	}
+	var out []VolumeUsage
+	for _, v := range pod.Spec.Volumes {
+		if v.EmptyDir == nil {
+			continue
+		}
+		u := VolumeUsage{Name: v.Name, MemoryBased: v.EmptyDir.Medium == corev1.StorageMediumMemory}
+		dir := filepath.Join(root, pluginEmptyDir, v.Name)
+		u.Bytes, u.Inodes = du(dir)
+		out = append(out, u)
+	}
+	return out
+}
+
+// du sums the blocks and counts the inodes under dir, staying on its
+// filesystem; what cannot be read is skipped.
+func du(dir string) (bytes, inodes uint64) {
+	top, err := os.Lstat(dir)
+	if err != nil {
+		return 0, 0
+	}
+	topDev := deviceOf(top)
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && path != dir && deviceOf(info) != topDev {
+			return filepath.SkipDir // a mount inside: not this volume's
+		}
+		inodes++
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			bytes += uint64(st.Blocks) * 512
+		}
+		return nil
+	})
+	return bytes, inodes
+}
+
+func deviceOf(info fs.FileInfo) uint64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Dev)
+	}
+	return 0
+}
