@@ -96,6 +96,20 @@ func (g *imageGC) removeUnused(ctx context.Context, rs internalapi.RuntimeServic
 	return g.remove(ctx, is, candidates, math.MaxInt64), nil
 }
 
+// detected records the images of a listing not seen before as first seen
+// now: an image's minimum age counts from when the agent first listed it,
+// as the kubelet's counts from its first detection.
+func (g *imageGC) detected(images []*runtimeapi.Image) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
+	for _, img := range images {
+		if _, ok := g.firstSeen[img.Id]; !ok {
+			g.firstSeen[img.Id] = now
+		}
+	}
+}
+
 // scan updates when each image was first seen and last used, and returns
 // the images that may be removed, least recently used first.
 func (g *imageGC) scan(ctx context.Context, rs internalapi.RuntimeService, is internalapi.ImageManagerService) ([]*runtimeapi.Image, error) {

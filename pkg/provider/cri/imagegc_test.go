@@ -77,3 +77,40 @@ func TestImageGC(t *testing.T) {
 		t.Errorf("left %v, want %v", got, want)
 	}
 }
+
+// Under disk pressure every unused image old enough goes, whatever the
+// filesystem's usage; its age counts from the listing that first found it.
+func TestImageGCRemoveUnused(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	is := criapitesting.NewFakeImageService()
+	is.SetFakeImagePinned("pinned", true) // read when the images are made
+	is.SetFakeImages([]string{"idle", "used", "pinned"})
+	rs := criapitesting.NewFakeRuntimeService()
+	rs.SetFakeContainers([]*criapitesting.FakeContainer{{ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c1", ImageRef: "used", Image: &runtimeapi.ImageSpec{Image: "used"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING}}})
+	gc := newImageGC(clk, 85, 80, time.Second)
+	gc.capacity = func(string) (uint64, uint64, error) { return 1000, 900, nil } // 10% used: no pressure of its own
+
+	list, _ := is.ListImages(ctx, nil)
+	gc.detected(list)
+	if _, err := gc.removeUnused(ctx, rs, is); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := is.ListImages(ctx, nil); len(got) != 3 {
+		t.Fatalf("images younger than the minimum age removed: %d left", len(got))
+	}
+	clk.Step(2 * time.Second)
+	if _, err := gc.removeUnused(ctx, rs, is); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	got, _ := is.ListImages(ctx, nil)
+	for _, img := range got {
+		left = append(left, img.Id)
+	}
+	slices.Sort(left)
+	if !slices.Equal(left, []string{"pinned", "used"}) {
+		t.Errorf("images left %v, want the pinned and the used one", left)
+	}
+}

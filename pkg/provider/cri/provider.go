@@ -272,6 +272,7 @@ func (p *Provider) listImages(ctx context.Context) {
 	for {
 		if _, is, err := p.runtime.conn.services(ctx); err == nil {
 			if list, err := is.ListImages(ctx, nil); err == nil {
+				p.imageGC.detected(list)
 				sort.Slice(list, func(i, j int) bool { return list[i].Size > list[j].Size })
 				var images []corev1.ContainerImage
 				for _, img := range list {
