@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // A process pod that allocates memory until the node passes a memory
@@ -114,4 +117,91 @@ spec:
 	if !strings.Contains(events, "EvictionThresholdMet") {
 		t.Errorf("no EvictionThresholdMet event on the node; events:\n%s", events)
 	}
+}
+
+// A cri pod that writes to an emptyDir until the node's filesystem passes a
+// threshold (set just below what it has free) makes the node reclaim what
+// it can first — an image no container uses is removed — and then evicts
+// the pod (Evicted, ephemeral-storage); the node shows DiskPressure while
+// it lasts. Not parallel: the threshold is relative to the disk's free
+// space, which other tests would move.
+func TestCRIDiskEviction(t *testing.T) {
+	node := uniqueName(t)
+	c := startCRINodelet(t, node)
+	ns := criNamespace(t)
+	const unused = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: once
+spec:
+  nodeName: %s
+  restartPolicy: Never
+  containers:
+  - name: once
+    image: %s
+`, node, unused))
+	waitPodPhase(t, ns, "once", "Succeeded", 120*time.Second)
+	kubectl(t, "delete", "pod", "-n", ns, "once", "--wait=true")
+	imagePresent := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := c.env.ImageClient().ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: unused}})
+		if err != nil {
+			t.Fatalf("image status: %v", err)
+		}
+		return resp.Image != nil
+	}
+	if !imagePresent() {
+		t.Fatalf("%s not in the runtime after its pod ran", unused)
+	}
+
+	s, err := summaryOf(t, node)
+	if err != nil || s.Node.Fs == nil || s.Node.Fs.AvailableBytes == nil {
+		t.Fatalf("the node's nodefs.available: %v %+v", err, s)
+	}
+	threshold := int64(*s.Node.Fs.AvailableBytes)>>20 - 300
+	config := writeFile(t, "config.yaml", fmt.Sprintf(`apiVersion: nodelet.io/v1alpha1
+kind: NodeletConfiguration
+evictionHard:
+  nodefs.available: %dMi
+evictionPressureTransitionPeriod: 30s
+imageMinimumGCAge: 1s
+`, threshold))
+	c.agent.stop()
+	c.agent.args = append(c.agent.args, "--config", config)
+	c.agent.start()
+	waitReady(t, node, time.Minute)
+
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: filler
+spec:
+  nodeName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: filler
+    image: registry.k8s.io/e2e-test-images/busybox:1.37.0-1
+    command: ["sh", "-c", "dd if=/dev/zero of=/data/fill bs=1M count=700 && sleep 3600"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+  - name: data
+    emptyDir: {}
+`, node))
+	eventually(t, 180*time.Second, "the filler evicted", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "filler", "-o", "jsonpath={.status.phase} {.status.reason} {.status.message}")
+		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: ephemeral-storage."), out
+	})
+	if imagePresent() {
+		t.Errorf("the unused image %s is still in the runtime: the node evicted without reclaiming it first", unused)
+	}
+	if got := kubectl(t, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="DiskPressure")].status}`); got != "True" {
+		t.Errorf("DiskPressure %q right after the eviction, want True for the transition period", got)
+	}
+	kubectl(t, "delete", "pod", "-n", ns, "filler", "--wait=true")
+	eventually(t, 120*time.Second, "DiskPressure cleared", func() (bool, string) {
+		out, _ := kubectlErr("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="DiskPressure")].status}`)
+		return out == "False", out
+	})
 }
