@@ -21,11 +21,11 @@ func TestNewBuildsEveryLoopWithoutRunning(t *testing.T) {
 		want  []string
 	}{
 		{"sim nodes with attach/detach", func(*config.Config) {},
-			[]string{"node controller", "pod controller", "volume controller"}},
+			[]string{"node controller", "pod controller", "sim eviction managers", "volume controller"}},
 		{"attach/detach disabled, kubelet API enabled", func(c *config.Config) {
 			c.AttachDetach.Enabled = ptr.To(false)
 			c.EnableServer = ptr.To(true)
-		}, []string{"kubelet API server", "node controller", "pod controller"}},
+		}, []string{"kubelet API server", "node controller", "pod controller", "sim eviction managers"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()

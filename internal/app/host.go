@@ -200,22 +200,9 @@ func evictionManager(cfg *config.Config, recorder record.EventRecorder, host *st
 			}
 			return stats.Summary(node, pods), nil
 		},
-		ActivePods: func() []*corev1.Pod {
-			pods, err := provider().GetPods(context.Background())
-			if err != nil {
-				return nil
-			}
-			active := pods[:0]
-			for _, pod := range pods {
-				if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-					active = append(active, pod)
-				}
-			}
-			return active
-		},
+		ActivePods: func() []*corev1.Pod { return activePods(provider()) },
 		Evict: func(_ context.Context, pod *corev1.Pod, grace int64, st eviction.EvictionStatus) error {
-			var failed corev1.PodStatus
-			st.Apply(&failed)
+			failed := evictedStatus(st)
 			return provider().Evict(pod, lifecycle.Eviction{
 				Grace: time.Duration(grace) * time.Second, Reason: failed.Reason, Message: failed.Message, Conditions: failed.Conditions,
 			})

@@ -5,6 +5,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -13,8 +18,11 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/attachdetach"
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/eviction"
 	"github.com/nodelet/nodelet/pkg/node"
+	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/sim"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // providerNodes builds the managed nodes with the provider of each, and
@@ -31,13 +39,23 @@ func providerNodes(client kubernetes.Interface, recorder record.EventRecorder, c
 	case config.ProviderProcess, config.ProviderCRI:
 		return hostNode(client, recorder, cfg, cluster, nodes, shared)
 	}
-	built, err := simNodes(managed, cfg, volumes)
-	return built, map[string]func(context.Context) error{}, err
+	built, evictions, err := simNodes(managed, cfg, volumes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return built, map[string]func(context.Context) error{"sim eviction managers": evictions}, nil
 }
 
 // simNodes builds a sim provider for each managed node; its pods wait for
-// the attach of their volumes by volumes, when not nil.
-func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.World) ([]node.Node, error) {
+// the attach of their volumes by volumes, when not nil. Each node has an
+// eviction manager over its simulated usage; the returned loop runs them
+// all, one after the other, every eviction period (no goroutine per node).
+func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.World) ([]node.Node, func(context.Context) error, error) {
+	thresholds, err := eviction.ParseThresholds(cfg.EvictionHard, cfg.EvictionSoft, cfg.EvictionSoftGracePeriod, cfg.EvictionMinimumReclaim)
+	if err != nil {
+		return nil, nil, fmt.Errorf("eviction thresholds: %w", err)
+	}
+	evictors := make([]*eviction.Manager, 0, len(managed))
 	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
 	for _, c := range cfg.Sim.NodeConditions {
 		conditions = append(conditions, sim.NodeCondition{
@@ -80,11 +98,92 @@ func simNodes(managed []managedNode, cfg *config.Config, volumes *attachdetach.W
 		if volumes != nil {
 			opts.Volumes = volumes
 		}
-		p, err := sim.New(opts)
+		var p *sim.Provider
+		evictor, err := simEvictionManager(m.name, cfg, thresholds, func() *sim.Provider { return p })
 		if err != nil {
-			return nil, fmt.Errorf("sim provider for node %s: %w", m.name, err)
+			return nil, nil, err
 		}
+		opts.Pressure, opts.Admit = evictor.SetNodeConditions, evictor.Admit
+		if p, err = sim.New(opts); err != nil {
+			return nil, nil, fmt.Errorf("sim provider for node %s: %w", m.name, err)
+		}
+		evictors = append(evictors, evictor)
 		nodes = append(nodes, node.Node{Template: nodeTemplate(m.name, cfg), Provider: p})
 	}
-	return nodes, nil
+	run := func(ctx context.Context) error {
+		t := time.NewTicker(simEvictionPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			for _, e := range evictors {
+				if _, err := e.Synchronize(ctx); err != nil && ctx.Err() == nil {
+					klog.FromContext(ctx).V(2).Info("Simulated eviction failed", "err", err)
+				}
+			}
+		}
+	}
+	return nodes, run, nil
+}
+
+// simEvictionPeriod is how often the sim nodes' eviction managers look at
+// the simulated usage, as the kubelet's every 10 s.
+const simEvictionPeriod = 10 * time.Second
+
+// simEvictionManager is the eviction manager of one sim node: it reads the
+// node's simulated usage and evicts by failing the simulated pod. It
+// records no Events (thousands of nodes), and there is nothing to reclaim.
+func simEvictionManager(name string, cfg *config.Config, thresholds []eviction.Threshold, provider func() *sim.Provider) (*eviction.Manager, error) {
+	return eviction.New(eviction.Deps{
+		Summary: func(ctx context.Context) (*statsv1alpha1.Summary, error) {
+			p := provider()
+			pods, err := p.PodStats(ctx)
+			if err != nil {
+				return nil, err
+			}
+			ns, err := p.NodeStats(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return stats.Summary(ns, pods), nil
+		},
+		ActivePods: func() []*corev1.Pod { return activePods(provider()) },
+		Evict: func(_ context.Context, pod *corev1.Pod, _ int64, st eviction.EvictionStatus) error {
+			failed := evictedStatus(st)
+			return provider().Evict(pod, failed.Reason, failed.Message, failed.Conditions)
+		},
+		NodeConditionsChanged: func() { provider().NodeStatusChanged() },
+	}, eviction.Options{
+		NodeName:                 name,
+		Thresholds:               thresholds,
+		PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod.Duration,
+		MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
+	})
+}
+
+// activePods are the provider's pods that have not finished, as an
+// eviction manager ranks them.
+func activePods(p provider.PodLifecycleHandler) []*corev1.Pod {
+	pods, err := p.GetPods(context.Background())
+	if err != nil {
+		return nil
+	}
+	active := pods[:0]
+	for _, pod := range pods {
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			active = append(active, pod)
+		}
+	}
+	return active
+}
+
+// evictedStatus is the status an eviction gives a pod: its reason,
+// message and DisruptionTarget.
+func evictedStatus(st eviction.EvictionStatus) corev1.PodStatus {
+	var failed corev1.PodStatus
+	st.Apply(&failed)
+	return failed
 }

@@ -1,11 +1,15 @@
 package sim
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // A pod's life is a chain of steps, each at a time: start (Pending to
@@ -289,4 +293,35 @@ func (p *Provider) terminateLocked(st *simPod, at time.Time) {
 		setFinished(st.pod, at)
 	}
 	p.queueNotify(st.pod)
+}
+
+// Evict fails a running pod at once, as the kubelet fails a pod it evicts:
+// its containers stop, the pod is Failed with reason, message and the
+// conditions given (a DisruptionTarget), and it stays until deleted. A pod
+// that finished or is being deleted is left alone.
+func (p *Provider) Evict(pod *corev1.Pod, reason, message string, conditions []corev1.PodCondition) error {
+	now := p.clock.Now()
+	p.mu.Lock()
+	st, ok := p.pods[key(pod.Namespace, pod.Name)]
+	if !ok || st.pod.UID != pod.UID {
+		p.mu.Unlock()
+		return fmt.Errorf("evict pod %s: %w", klog.KObj(pod), provider.ErrNotFound)
+	}
+	if st.finished || st.deleting {
+		p.mu.Unlock()
+		return nil
+	}
+	st.gen++ // what was scheduled for the pod no longer happens
+	st.step = stepNone
+	setFinished(st.pod, now)
+	s := &st.pod.Status
+	s.Phase, s.Reason, s.Message = corev1.PodFailed, reason, message
+	t := metav1.NewTime(now)
+	for _, c := range conditions {
+		setCondition(s, c.Type, c.Status, c.Reason, c.Message, t)
+	}
+	p.finishLocked(st)
+	p.queueNotify(st.pod)
+	p.unlockAndNotify()
+	return nil
 }

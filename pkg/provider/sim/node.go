@@ -66,6 +66,9 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	setNodeCondition(s, corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available")
 	setNodeCondition(s, corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure")
 	setNodeCondition(s, corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available")
+	if p.opts.Pressure != nil {
+		p.opts.Pressure(node)
+	}
 	p.setScheduledConditions(s, p.clock.Now())
 
 	s.Addresses = nil
@@ -264,4 +267,15 @@ func (p *Provider) flipped(gen uint64, a *armed, at time.Time) {
 	p.mu.Unlock()
 	notify()
 	p.async(func() { p.armFlip(gen, at) })
+}
+
+// NodeStatusChanged asks nodelet to report the node's status now: its
+// pressure changed.
+func (p *Provider) NodeStatusChanged() {
+	p.mu.Lock()
+	notify := p.nodeNotify
+	p.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 }

@@ -114,6 +114,12 @@ type Options struct {
 	// demand. While it fails the node is wedged, as one whose kubelet hangs:
 	// deleted pods do not terminate, and their volumes stay in use.
 	PingErrorFile string
+	// Pressure, when set, reports the node's memory, disk and PID pressure
+	// (the eviction manager's, from the simulated usage) before the
+	// scheduled NodeConditions, and Admit may refuse a pod under pressure
+	// with a *provider.Rejection.
+	Pressure func(node *corev1.Node)
+	Admit    func(pod *corev1.Pod) error
 }
 
 // Volumes says which volumes a pod needs attached and whether they are:
@@ -341,6 +347,12 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := provider.AdmitOS(pod); err != nil {
 		p.mu.Unlock()
 		return err
+	}
+	if p.opts.Admit != nil {
+		if err := p.opts.Admit(pod); err != nil {
+			p.mu.Unlock()
+			return err
+		}
 	}
 	if err := provider.Admit(p.opts.Capacity, req, p.used, len(p.pods)-p.finished); err != nil {
 		p.mu.Unlock()

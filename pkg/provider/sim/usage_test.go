@@ -2,10 +2,14 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 func halfOfRequests(o *Options) { o.Usage.CPURequestRatio, o.Usage.MemoryRequestRatio = 0.5, 0.5 }
@@ -113,5 +117,56 @@ func TestSimulatedUsageShares(t *testing.T) {
 	}
 	if got["app"] != 15e8 || got["side"] != 5e8 {
 		t.Errorf("container cpu %v, want app 1.5 cores and side 0.5", got)
+	}
+}
+
+// An evicted pod fails at once with the eviction's reason, message and
+// condition, releases what it held and never runs again; admission and
+// pressure hooks are consulted.
+func TestEvictAndPressureHooks(t *testing.T) {
+	ctx := context.Background()
+	refuse := false
+	p, clk, rec := newTest(t, func(o *Options) {
+		o.CompleteRatio, o.RunDuration = 1, time.Minute // a run that would end later
+		o.Admit = func(*corev1.Pod) error {
+			if refuse {
+				return provider.Reject("Evicted", "The node had condition: [MemoryPressure]. ")
+			}
+			return nil
+		}
+		o.Pressure = func(n *corev1.Node) {
+			setNodeCondition(&n.Status, corev1.NodeMemoryPressure, corev1.ConditionTrue, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
+		}
+	})
+	pod := testPod("hog", "1", "1Gi")
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	cond := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"}
+	if err := p.Evict(pod, "Evicted", "The node was low on resource: memory. ", []corev1.PodCondition{cond}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.last()
+	if got.Status.Phase != corev1.PodFailed || got.Status.Reason != "Evicted" || condition(got, corev1.DisruptionTarget) != corev1.ConditionTrue {
+		t.Errorf("evicted pod status %+v", got.Status)
+	}
+	clk.Step(2 * time.Minute)
+	if now := mustGet(t, p, "hog"); now.Status.Phase != corev1.PodFailed {
+		t.Errorf("the evicted pod went on: %s", now.Status.Phase)
+	}
+	if stats, _ := p.PodStats(ctx); len(stats) != 0 {
+		t.Errorf("an evicted pod still uses resources: %+v", stats)
+	}
+
+	refuse = true
+	if err := p.CreatePod(ctx, testPod("late", "", "")); !errors.As(err, new(*provider.Rejection)) {
+		t.Errorf("CreatePod under pressure: %v, want a rejection", err)
+	}
+	node := &corev1.Node{}
+	p.ConfigureNode(ctx, node)
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeMemoryPressure && c.Status != corev1.ConditionTrue {
+			t.Errorf("MemoryPressure %s, want the hook's True", c.Status)
+		}
 	}
 }
