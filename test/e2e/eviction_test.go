@@ -205,3 +205,45 @@ spec:
 		return out == "False", out
 	})
 }
+
+// A sim node evicts from its simulated usage: a pod annotated to use more
+// memory than the node can spare is evicted and the node shows
+// MemoryPressure.
+func TestSimMemoryEviction(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	config := writeFile(t, "config.yaml", `apiVersion: nodelet.io/v1alpha1
+kind: NodeletConfiguration
+sim:
+  capacity: {cpu: "4", memory: 4Gi, pods: "110"}
+evictionHard:
+  memory.available: 500Mi
+evictionPressureTransitionPeriod: 10s
+`)
+	startNodelet(t, node, "--config", config)
+	waitReady(t, node, 30*time.Second)
+	ns := newNamespace(t)
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+  annotations: {sim.nodelet.io/memory-usage: 3500Mi}
+spec:
+  nodeName: %s
+  containers:
+  - name: app
+    image: nodelet.io/sample:1
+`, node))
+	eventually(t, 60*time.Second, "the hog evicted", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "hog", "-o", "jsonpath={.status.phase} {.status.reason} {.status.message}")
+		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: memory."), out
+	})
+	eventually(t, 30*time.Second, "MemoryPressure reported", func() (bool, string) {
+		out, _ := kubectlErr("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
+		return out == "True", out
+	})
+	eventually(t, 60*time.Second, "MemoryPressure cleared", func() (bool, string) {
+		out, _ := kubectlErr("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
+		return out == "False", out
+	})
+}
