@@ -271,10 +271,16 @@ func (c *cluster) startProxy(ctx context.Context) error {
 		return err
 	}
 	kp := filepath.Join(c.bin, "kube-proxy")
+	// kube-proxy adds a KUBE-FIREWALL chain to the filter table that its
+	// --cleanup keeps; it goes too unless the host had it before.
+	hadFirewall := exec.Command("iptables", "-S", "KUBE-FIREWALL").Run() == nil
 	c.onStop(func() error {
 		out, err := exec.Command(kp, "--cleanup").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("kube-proxy --cleanup: %v: %s", err, out)
+		}
+		if !hadFirewall {
+			removeFirewallChain()
 		}
 		return nil
 	})
@@ -294,6 +300,17 @@ func (c *cluster) startProxy(ctx context.Context) error {
 		out, err := exec.Command("iptables", "-t", "nat", "-S", "KUBE-SERVICES").Output()
 		return err == nil && strings.Contains(string(out), dnsServiceIP), nil
 	})
+}
+
+// removeFirewallChain deletes kube-proxy's KUBE-FIREWALL chain and the
+// jumps to it; a step that finds nothing to delete is not an error.
+func removeFirewallChain() {
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		for exec.Command("iptables", "-D", chain, "-j", "KUBE-FIREWALL").Run() == nil {
+		}
+	}
+	_ = exec.Command("iptables", "-F", "KUBE-FIREWALL").Run()
+	_ = exec.Command("iptables", "-X", "KUBE-FIREWALL").Run()
 }
 
 // daemon starts a process that runs until the cluster stops, its output
