@@ -96,6 +96,8 @@ func main() {
 	flag.IntVar(&so.pods, "stats-pods", 10000, "with --stats: pods spread over the nodes")
 	flag.DurationVar(&so.window, "stats-window", 2*time.Minute, "with --stats: each CPU window, with metrics-server scraping and paused")
 	flag.IntVar(&so.sample, "stats-sample", 200, "with --stats: random nodes whose endpoints are timed")
+	flag.DurationVar(&so.resolution, "stats-resolution", 15*time.Second, "with --stats: how often metrics-server scrapes every node")
+	flag.StringVar(&so.profile, "stats-profile", "", "with --stats: write the agent's CPU profile of the scraped window to this file (go tool pprof)")
 	flag.DurationVar(&so.topTimeout, "stats-top-timeout", 5*time.Minute, "with --stats: how long metrics-server may take until kubectl top lists every node and pod")
 	flag.Parse()
 	if *stats {

@@ -34,6 +34,8 @@ type statsOptions struct {
 	window      time.Duration // each CPU window
 	sample      int           // nodes whose endpoints are timed
 	topTimeout  time.Duration // how long metrics-server may take to cover the fleet
+	profile     string        // where the agent's CPU profile of the scraped window goes
+	resolution  time.Duration // metrics-server's --metric-resolution
 }
 
 // statsResult is what serving stats to metrics-server cost the agent.
@@ -91,7 +93,7 @@ func measureStats(ctx context.Context, o options, so statsOptions) (statsResult,
 	if _, err := os.Stat(msPath); err != nil {
 		return r, fmt.Errorf("metrics-server (make bin/metrics-server): %w", err)
 	}
-	cp, err := startControlPlane(ctx, o.bin, o.keep, "--metrics-server", msPath)
+	cp, err := startControlPlane(ctx, o.bin, o.keep, "--metrics-server", msPath, "--metric-resolution", so.resolution.String())
 	if err != nil {
 		return r, err
 	}
@@ -163,7 +165,16 @@ func measureStats(ctx context.Context, o options, so statsOptions) (statsResult,
 	r.WindowSeconds = so.window.Seconds()
 	logf("stats: agent CPU for %s while metrics-server scrapes every %s", so.window, ms.resolution)
 	agent0, ms0 := procCPU(pid), procCPU(ms.pid)
+	profiled := make(chan error, 1)
+	if so.profile != "" {
+		go func() { profiled <- cpuProfile(ctx, cp.dir, port, so.window-5*time.Second, so.profile) }()
+	} else {
+		profiled <- nil
+	}
 	time.Sleep(so.window) // the measurement window
+	if err := <-profiled; err != nil {
+		return r, err
+	}
 	r.ScrapedAgentCores = (procCPU(pid) - agent0) / so.window.Seconds()
 	r.MetricsServerCores = (procCPU(ms.pid) - ms0) / so.window.Seconds()
 	r.ScrapedAgentRSS = procRSS(pid)
@@ -421,17 +432,11 @@ type endpointTimes struct {
 // first request is left out, as metrics-server keeps its connections.
 func timeEndpoints(ctx context.Context, cpDir string, port, nodes, sample int) (endpointTimes, error) {
 	var t endpointTimes
-	pki := filepath.Join(cpDir, "pki")
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key"))
+	client, transport, err := adminClient(cpDir, 30*time.Second)
 	if err != nil {
-		return t, fmt.Errorf("admin client certificate: %w", err)
-	}
-	transport := &http.Transport{
-		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true},
-		MaxIdleConnsPerHost: 1,
+		return t, err
 	}
 	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
 	prefix, err := statsAddresses(nodes)
 	if err != nil {
 		return t, err
@@ -466,6 +471,49 @@ func timeEndpoints(ctx context.Context, cpDir string, port, nodes, sample int) (
 		transport.CloseIdleConnections()
 	}
 	return t, nil
+}
+
+// adminClient is an HTTP client of the kubelet API with the control
+// plane's admin certificate.
+func adminClient(cpDir string, timeout time.Duration) (*http.Client, *http.Transport, error) {
+	pki := filepath.Join(cpDir, "pki")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin client certificate: %w", err)
+	}
+	transport := &http.Transport{
+		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true},
+		MaxIdleConnsPerHost: 1,
+	}
+	return &http.Client{Transport: transport, Timeout: timeout}, transport, nil
+}
+
+// cpuProfile asks the agent for a CPU profile of the next d and writes it
+// to path, for go tool pprof.
+func cpuProfile(ctx context.Context, cpDir string, port int, d time.Duration, path string) error {
+	client, transport, err := adminClient(cpDir, d+time.Minute)
+	if err != nil {
+		return err
+	}
+	defer transport.CloseIdleConnections()
+	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cpu profile: %s", resp.Status)
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("cpu profile: %w", err)
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // timedGet reads url and times it from having a connection to the end of

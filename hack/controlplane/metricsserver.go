@@ -61,6 +61,7 @@ type metricsServer struct {
 	certDir    string
 	ip         net.IP
 	port       int
+	resolution time.Duration // how often it scrapes
 }
 
 // args are metrics-server's flags. It runs as the admin, so it needs no
@@ -87,7 +88,7 @@ func (m metricsServer) args() []string {
 		"--kubelet-use-node-status-port",
 		// 10s is metrics-server's smallest resolution; the scrape timeout
 		// may be at most nine tenths of it (the default is 10s).
-		"--metric-resolution=10s",
+		"--metric-resolution=" + m.resolution.String(),
 		"--kubelet-request-timeout=5s",
 		"--profiling=false",
 	}

@@ -38,6 +38,7 @@ type upOptions struct {
 	extraAPIServerArgs     []string
 	extraControllerMgrArgs []string
 	metricsServer          string
+	metricResolution       time.Duration
 }
 
 func newUpCommand() *cobra.Command {
@@ -60,6 +61,7 @@ func newUpCommand() *cobra.Command {
 	f.StringArrayVar(&o.extraAPIServerArgs, "apiserver-arg", nil, "extra flag for the apiserver (repeatable)")
 	f.StringArrayVar(&o.extraControllerMgrArgs, "controller-manager-arg", nil, "extra flag for the controller-manager (repeatable)")
 	f.StringVar(&o.metricsServer, "metrics-server", "", "metrics-server binary to run as the v1beta1.metrics.k8s.io APIService, for kubectl top (empty: none)")
+	f.DurationVar(&o.metricResolution, "metric-resolution", 10*time.Second, "with --metrics-server: how often it scrapes the nodes (at least 10s)")
 	return cmd
 }
 
@@ -83,9 +85,12 @@ func (o *upOptions) run(ctx context.Context) error {
 	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", p.APIServer)
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	ms := metricsServer{path: o.metricsServer, kubeconfig: kubeconfig,
+	ms := metricsServer{path: o.metricsServer, kubeconfig: kubeconfig, resolution: o.metricResolution,
 		certDir: filepath.Join(dir, metricsServerName), port: p.MetricsServer}
 	if ms.path != "" {
+		if ms.resolution < 10*time.Second {
+			return fmt.Errorf("--metric-resolution %s: metrics-server scrapes at most every 10s", ms.resolution)
+		}
 		// Fail before anything starts if it cannot run.
 		if _, err := exec.LookPath(ms.path); err != nil {
 			return fmt.Errorf("--metrics-server: %w", err)

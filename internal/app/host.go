@@ -282,6 +282,7 @@ func kubeletServer(client kubernetes.Interface, pods map[string]provider.PodLife
 		ProbeMetrics:          probeMetrics,
 		Stats:                 stats,
 		Addresses:             stats,
+		Profiling:             ptr.Deref(cfg.EnableProfilingHandler, true),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kubelet API server: %w", err)

@@ -87,6 +87,10 @@ type Config struct {
 	// port-forward) on Port. Default true with the process provider, false
 	// with sim (thousands of sim nodes share one address).
 	EnableServer *bool `json:"enableServer,omitempty"`
+	// EnableProfilingHandler serves the Go runtime's profiles at
+	// /debug/pprof/ on the kubelet API, authorized as nodes/proxy.
+	// Default true, as the kubelet's.
+	EnableProfilingHandler *bool `json:"enableProfilingHandler,omitempty"`
 	// TLSCertFile and TLSPrivateKeyFile are the server's certificate and
 	// key; when unset (and serverTLSBootstrap is not set), a self-signed
 	// certificate is generated at start.

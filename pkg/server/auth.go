@@ -40,12 +40,12 @@ func (s *Server) newAuth(ctx context.Context, tlsConfig *tls.Config) (*auth, err
 		CacheTTL:            s.opts.AuthenticationCacheTTL,
 		WebhookRetryBackoff: &reviewBackoff,
 	}
+	var ca *dynamiccertificates.DynamicFileCAContent
 	if s.opts.ClientCAFile != "" {
-		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", s.opts.ClientCAFile)
-		if err != nil {
+		var err error
+		if ca, err = dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", s.opts.ClientCAFile); err != nil {
 			return nil, fmt.Errorf("client CA file: %w", err)
 		}
-		go ca.Run(ctx, 1)
 		cfg.ClientCertificateCAContentProvider = ca
 		tlsConfig.ClientAuth = tls.RequestClientCert
 	}
@@ -55,6 +55,12 @@ func (s *Server) newAuth(ctx context.Context, tlsConfig *tls.Config) (*auth, err
 	authn, _, err := cfg.New()
 	if err != nil {
 		return nil, fmt.Errorf("authentication: %w", err)
+	}
+	if ca != nil {
+		certs := newCertCache(authn, s.opts.AuthenticationCacheTTL, s.opts.Clock)
+		ca.AddListener(certs)
+		go ca.Run(ctx, 1)
+		authn = certs
 	}
 
 	var authz authorizer.Authorizer

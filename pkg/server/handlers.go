@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +52,13 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
 	s.statsRoutes(mux)
+	if s.opts.Profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	// Anything else under these (/metrics/probes, /metrics/cadvisor, /stats/…)
 	// is not served yet.
 	for _, p := range []string{"/metrics/", "/stats/", "/logs/"} {

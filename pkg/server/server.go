@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
 )
 
 // Backend is what the server serves from: one for the whole agent, routing
@@ -138,9 +139,19 @@ type Options struct {
 	// Addresses, when set, picks the node of /stats and /metrics requests
 	// by the address they were sent to.
 	Addresses NodeAddressResolver
+	// Profiling serves the Go runtime's profiles at /debug/pprof/,
+	// authorized as nodes/proxy.
+	Profiling bool
+
+	// Clock tells the time of cached authentications (default the real
+	// clock).
+	Clock clock.PassiveClock
 }
 
 func (o *Options) setDefaults() {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
 	if o.Port == 0 {
 		o.Port = 10250
 	}

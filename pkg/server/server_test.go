@@ -553,3 +553,23 @@ func TestRunPortInUse(t *testing.T) {
 		t.Errorf("Run on a port in use = %v, want an error naming %s", err, want)
 	}
 }
+
+func TestProfiling(t *testing.T) {
+	ts := startServer(t, &fakeBackend{}, Options{Profiling: true}, "alice")
+	status, body := ts.do(t, http.MethodGet, "/debug/pprof/", "alice-token", nil)
+	if status != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("GET /debug/pprof/ = %d %q, want 200 and the profiles' index", status, body)
+	}
+	sars := ts.reviews.recorded()
+	if len(sars) == 0 || sars[len(sars)-1].ResourceAttributes.Subresource != "proxy" {
+		t.Errorf("access reviews = %+v, want nodes/proxy", sars)
+	}
+	if status, _ := ts.do(t, http.MethodGet, "/debug/pprof/", "bob-token", nil); status != http.StatusForbidden {
+		t.Errorf("GET /debug/pprof/ by a user without nodes/proxy = %d, want 403", status)
+	}
+
+	off := startServer(t, &fakeBackend{}, Options{}, "alice")
+	if status, _ := off.do(t, http.MethodGet, "/debug/pprof/", "alice-token", nil); status != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/ with profiling off = %d, want 404", status)
+	}
+}

@@ -23,9 +23,14 @@ func scrape(t *testing.T, summary *statsv1alpha1.Summary, err error) (string, ma
 	_, ctx := ktesting.NewTestContext(t)
 	h := ResourceMetricsHandler(func(*http.Request) (*statsv1alpha1.Summary, error) { return summary, err })
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/metrics/resource", nil))
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/metrics/resource", nil)
+	req.Header.Set("Accept-Encoding", "gzip") // as Go's HTTP client (metrics-server's) asks
+	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d %q, want 200", rec.Code, rec.Body)
+	}
+	if ce := rec.Header().Get("Content-Encoding"); ce != "" {
+		t.Errorf("content encoding %q, want none", ce)
 	}
 	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("content type %q, want the text format", ct)
