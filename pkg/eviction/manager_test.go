@@ -504,7 +504,7 @@ func TestEvents(t *testing.T) {
 	}
 	want := []string{
 		"Warning EvictionThresholdMet Attempting to reclaim memory",
-		"Warning Evicted The node was low on resource: memory. Threshold quantity: 100Mi, available: 5432Ki. Container app was using 123Mi, request is 0, has larger consumption of memory. ",
+		"Warning Evicted The node was low on resource: memory. Threshold quantity: 100Mi, available: 5432Ki (signal memory.available). Container app was using 123Mi, request is 0, has larger consumption of memory. ",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("events %q, want %q", got, want)

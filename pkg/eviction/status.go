@@ -29,8 +29,9 @@ type EvictionStatus struct {
 	// starved (memory, ephemeral-storage, inodes or pids).
 	Signal   Signal
 	Resource corev1.ResourceName
-	// Message is the pod's status message, the kubelet's: "The node was
-	// low on resource: memory. Threshold quantity: …".
+	// Message is the pod's status message, the kubelet's with the signal
+	// named: "The node was low on resource: memory. Threshold quantity:
+	// 100Mi, available: 50Mi (signal memory.available). …".
 	Message string
 	// Condition is the DisruptionTarget condition (reason
 	// TerminationByKubelet) the kubelet adds to the pod.
@@ -73,7 +74,9 @@ func evictionStatus(t Threshold, pod *corev1.Pod, ps *statsv1alpha1.PodStats, ob
 	if threshold == nil {
 		threshold = resource.NewQuantity(t.Value.of(obs.capacity), resource.BinarySI)
 	}
-	fmt.Fprintf(&b, "Threshold quantity: %s, available: %s. ", threshold, quantity(t.Signal, obs.available))
+	// The kubelet's message stops at the resource; the signal is named too,
+	// as the resource alone does not tell nodefs from imagefs.
+	fmt.Fprintf(&b, "Threshold quantity: %s, available: %s (signal %s). ", threshold, quantity(t.Signal, obs.available), t.Signal)
 	ann := map[string]string{}
 	var names, usages []string
 	if ps != nil {

@@ -77,7 +77,8 @@ spec:
 		if s, err := summaryOf(t, node); err == nil && s.Node.Memory != nil && s.Node.Memory.AvailableBytes != nil {
 			out += fmt.Sprintf(" (node memory.available %dMi, threshold %dMi)", *s.Node.Memory.AvailableBytes>>20, threshold)
 		}
-		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: memory."), out
+		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: memory.") &&
+			strings.Contains(out, "(signal memory.available)"), out
 	})
 	if got := kubectl(t, "get", "pod", "-n", ns, "hog", "-o", `jsonpath={.status.conditions[?(@.type=="DisruptionTarget")].reason}`); got != "TerminationByKubelet" {
 		t.Errorf("hog's DisruptionTarget reason %q, want TerminationByKubelet", got)
@@ -191,7 +192,8 @@ spec:
 `, node))
 	eventually(t, 180*time.Second, "the filler evicted", func() (bool, string) {
 		out, _ := kubectlErr("get", "pod", "-n", ns, "filler", "-o", "jsonpath={.status.phase} {.status.reason} {.status.message}")
-		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: ephemeral-storage."), out
+		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: ephemeral-storage.") &&
+			strings.Contains(out, "(signal nodefs.available)"), out
 	})
 	if imagePresent() {
 		t.Errorf("the unused image %s is still in the runtime: the node evicted without reclaiming it first", unused)
@@ -236,7 +238,8 @@ spec:
 `, node))
 	eventually(t, 60*time.Second, "the hog evicted", func() (bool, string) {
 		out, _ := kubectlErr("get", "pod", "-n", ns, "hog", "-o", "jsonpath={.status.phase} {.status.reason} {.status.message}")
-		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: memory."), out
+		return strings.HasPrefix(out, "Failed Evicted The node was low on resource: memory.") &&
+			strings.Contains(out, "(signal memory.available)"), out
 	})
 	eventually(t, 30*time.Second, "MemoryPressure reported", func() (bool, string) {
 		out, _ := kubectlErr("get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}`)
