@@ -1,10 +1,11 @@
-package server
-
-// Serving certificates requested through the certificates API, as the
-// kubelet does with serverTLSBootstrap: the cluster's kubelet-serving signer
-// issues them, so that clients that trust the cluster CA can verify the
-// kubelet API. The certificate is kept on disk, served through
-// tls.Config.GetCertificate and replaced before it expires.
+// Package nodecert keeps a node's certificates that the cluster issues
+// through the certificates API current, as the kubelet does: the serving
+// certificate of its kubelet API (serverTLSBootstrap) and the client
+// certificate it talks to the API server with (TLS bootstrap). Each is
+// requested by a CertificateSigningRequest for a new key, kept on disk with
+// its key, handed out from memory and replaced before it expires. It never
+// approves a request: the cluster (or its administrator) does.
+package nodecert
 
 import (
 	"context"
@@ -38,9 +39,25 @@ import (
 	"github.com/nodelet/nodelet/pkg/atomicfile"
 )
 
-// csrFileName holds the issued certificate and its key under CertDir, in
-// one file so that they are replaced together.
-const csrFileName = "nodelet-server-current.pem"
+// Kind is which certificate of the node is kept: whom it is requested from,
+// what for, and the file that holds it and its key (in one file, so that they
+// are replaced together).
+type Kind struct {
+	Name   string // "serving" or "client", for messages
+	Signer string
+	Usage  certificatesv1.KeyUsage
+	File   string
+}
+
+var (
+	// Serving is the kubelet API's certificate, for the node's hosts.
+	Serving = Kind{Name: "serving", Signer: certificatesv1.KubeletServingSignerName,
+		Usage: certificatesv1.UsageServerAuth, File: "nodelet-server-current.pem"}
+	// Client is the certificate the node authenticates to the API server
+	// with, as system:node:<name> in system:nodes.
+	Client = Kind{Name: "client", Signer: certificatesv1.KubeAPIServerClientKubeletSignerName,
+		Usage: certificatesv1.UsageClientAuth, File: "nodelet-client-current.pem"}
+)
 
 const (
 	// rotateAt is the share of a certificate's lifetime after which a new
@@ -61,15 +78,31 @@ var (
 	errCSRGone   = errors.New("deleted before a certificate was issued")
 )
 
-// csrCertificates keeps a serving certificate issued through a
-// CertificateSigningRequest current. Build it with newCSRCertificates, load
-// the kept certificate with loadStored, and keep it current with Run.
-type csrCertificates struct {
-	client   kubernetes.Interface
+// ClientFunc returns the client to request a certificate with; it is asked
+// before each request (a node renews its client certificate with itself).
+type ClientFunc func() (kubernetes.Interface, error)
+
+// Options are a Certificates' optional settings.
+type Options struct {
+	// Hosts are the DNS names and IP addresses a serving certificate must
+	// cover.
+	Hosts []string
+	// Dir is where the certificate is kept; empty keeps it in memory only.
+	Dir string
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
+	// Rotated, when set, is called after each new certificate is in use.
+	Rotated func()
+}
+
+// Certificates keeps one certificate of a node issued through a
+// CertificateSigningRequest current. Build it with New, load the kept
+// certificate with LoadStored, and keep it current with Run.
+type Certificates struct {
+	kind     Kind
+	clients  ClientFunc
 	nodeName string
-	hosts    []string
-	dir      string // where the certificate is kept; empty keeps it in memory
-	clock    clock.WithTicker
+	opts     Options
 	reminder time.Duration
 
 	mu      sync.Mutex
@@ -77,101 +110,135 @@ type csrCertificates struct {
 	pending string           // the CSR awaiting approval, if any
 }
 
-func newCSRCertificates(client kubernetes.Interface, nodeName string, hosts []string, dir string, clk clock.WithTicker) *csrCertificates {
-	return &csrCertificates{client: client, nodeName: nodeName, hosts: hosts, dir: dir, clock: clk, reminder: pendingReminder}
+// New returns the certificate of kind for node nodeName, requested with the
+// clients that clients returns. It does no I/O.
+func New(kind Kind, nodeName string, clients ClientFunc, opts Options) *Certificates {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Certificates{kind: kind, clients: clients, nodeName: nodeName, opts: opts, reminder: pendingReminder}
 }
 
-// getCertificate is the tls.Config's GetCertificate. Until a certificate is
-// issued (or when the last one expired) handshakes fail, as the kubelet's do.
-func (c *csrCertificates) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+// GetCertificate is a serving tls.Config's GetCertificate. Until a
+// certificate is issued (or when the last one expired) handshakes fail, as
+// the kubelet's do.
+func (c *Certificates) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if cert := c.Valid(); cert != nil {
+		return cert, nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.current != nil && c.clock.Now().Before(c.current.Leaf.NotAfter) {
-		return c.current, nil
-	}
 	if c.pending != "" {
-		return nil, fmt.Errorf("no serving certificate yet: CSR %s awaits approval", c.pending)
+		return nil, fmt.Errorf("no %s certificate yet: CSR %s awaits approval", c.kind.Name, c.pending)
 	}
-	return nil, errors.New("no serving certificate yet")
+	return nil, fmt.Errorf("no %s certificate yet", c.kind.Name)
 }
 
-func (c *csrCertificates) cert() *tls.Certificate {
+// GetClientCertificate is a client tls.Config's GetClientCertificate:
+// without a valid certificate it presents none, and the server answers
+// Unauthorized.
+func (c *Certificates) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	if cert := c.Valid(); cert != nil {
+		return cert, nil
+	}
+	return &tls.Certificate{}, nil
+}
+
+// Valid returns the current certificate if it has not expired, else nil.
+func (c *Certificates) Valid() *tls.Certificate {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current != nil && c.opts.Clock.Now().Before(c.current.Leaf.NotAfter) {
+		return c.current
+	}
+	return nil
+}
+
+// Path is the file that keeps the certificate and its key, or "".
+func (c *Certificates) Path() string {
+	if c.opts.Dir == "" {
+		return ""
+	}
+	return filepath.Join(c.opts.Dir, c.kind.File)
+}
+
+func (c *Certificates) cert() *tls.Certificate {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.current
 }
 
-func (c *csrCertificates) setPending(name string) {
+func (c *Certificates) setPending(name string) {
 	c.mu.Lock()
 	c.pending = name
 	c.mu.Unlock()
 }
 
-// loadStored serves the certificate kept in the directory, if it is still
-// valid and was issued for this node and its hosts. One past its rotation
-// deadline is served until Run has a new one.
-func (c *csrCertificates) loadStored(ctx context.Context) {
-	if c.dir == "" {
-		return
+// LoadStored uses the certificate kept in the directory, if it is still
+// valid and was issued for this node and its hosts, and tells whether it
+// did. One past its rotation deadline is used until Run has a new one.
+func (c *Certificates) LoadStored(ctx context.Context) bool {
+	path := c.Path()
+	if path == "" {
+		return false
 	}
 	logger := klog.FromContext(ctx)
-	path := filepath.Join(c.dir, csrFileName)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return
+		return false
 	}
 	if err != nil {
-		logger.Info("Not using the kept serving certificate", "path", path, "err", err)
-		return
+		logger.Info("Not using the kept certificate", "kind", c.kind.Name, "path", path, "err", err)
+		return false
 	}
 	cert, err := tls.X509KeyPair(data, data)
 	if err != nil {
-		logger.Info("Not using the kept serving certificate", "path", path, "err", err)
-		return
+		logger.Info("Not using the kept certificate", "kind", c.kind.Name, "path", path, "err", err)
+		return false
 	}
 	if reason := c.unfit(cert.Leaf); reason != "" {
-		logger.Info("Not using the kept serving certificate", "path", path, "reason", reason)
-		return
+		logger.Info("Not using the kept certificate", "kind", c.kind.Name, "path", path, "reason", reason)
+		return false
 	}
 	c.mu.Lock()
 	c.current = &cert
 	c.mu.Unlock()
-	logger.Info("Using the kept serving certificate", "path", path, "notAfter", cert.Leaf.NotAfter, "rotation", rotationDeadline(cert.Leaf))
+	logger.Info("Using the kept certificate", "kind", c.kind.Name, "path", path, "notAfter", cert.Leaf.NotAfter, "rotation", rotationDeadline(cert.Leaf))
+	return true
 }
 
 // unfit says why cert cannot serve as this node's certificate now, or "".
-func (c *csrCertificates) unfit(cert *x509.Certificate) string {
+func (c *Certificates) unfit(cert *x509.Certificate) string {
 	if want := "system:node:" + c.nodeName; cert.Subject.CommonName != want {
 		return fmt.Sprintf("issued to %q, not %q", cert.Subject.CommonName, want)
 	}
-	if !c.clock.Now().Before(cert.NotAfter) {
+	if !c.opts.Clock.Now().Before(cert.NotAfter) {
 		return "expired at " + cert.NotAfter.String()
 	}
-	return uncovered(cert, c.hosts)
+	return Uncovered(cert, c.opts.Hosts)
 }
 
 // Run requests a certificate when there is none or the current one is past
 // its rotation deadline, and retries failures with back-off, until ctx ends.
-func (c *csrCertificates) Run(ctx context.Context) error {
+func (c *Certificates) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	retry := retryInitial
 	for {
 		if cur := c.cert(); cur != nil {
-			if wait := rotationDeadline(cur.Leaf).Sub(c.clock.Now()); wait > 0 {
+			if wait := rotationDeadline(cur.Leaf).Sub(c.opts.Clock.Now()); wait > 0 {
 				if !c.sleep(ctx, wait) {
 					return nil
 				}
 				continue
 			}
-			logger.Info("Renewing the serving certificate", "notAfter", cur.Leaf.NotAfter)
+			logger.Info("Renewing the certificate", "kind", c.kind.Name, "notAfter", cur.Leaf.NotAfter)
 		}
-		cert, name, err := c.request(ctx)
-		c.setPending("")
+		err := c.Request(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			logger.Error(err, "No serving certificate from the certificates API; retrying", "retryIn", retry)
+			logger.Error(err, "No certificate from the certificates API; retrying", "kind", c.kind.Name, "retryIn", retry)
 			if !c.sleep(ctx, retry) {
 				return nil
 			}
@@ -179,16 +246,31 @@ func (c *csrCertificates) Run(ctx context.Context) error {
 			continue
 		}
 		retry = retryInitial
-		c.mu.Lock()
-		c.current = cert
-		c.mu.Unlock()
-		logger.Info("Serving the certificate issued for CSR", "csr", name, "notAfter", cert.Leaf.NotAfter, "rotation", rotationDeadline(cert.Leaf))
 	}
 }
 
+// Request asks for a new certificate now and waits until it is issued and
+// in use (or refused, or ctx ends).
+func (c *Certificates) Request(ctx context.Context) error {
+	cert, name, err := c.request(ctx)
+	c.setPending("")
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.current = cert
+	c.mu.Unlock()
+	klog.FromContext(ctx).Info("Using the certificate issued for CSR", "kind", c.kind.Name, "csr", name,
+		"notAfter", cert.Leaf.NotAfter, "rotation", rotationDeadline(cert.Leaf))
+	if c.opts.Rotated != nil {
+		c.opts.Rotated()
+	}
+	return nil
+}
+
 // sleep waits for d on the clock; false means ctx ended first.
-func (c *csrCertificates) sleep(ctx context.Context, d time.Duration) bool {
-	t := c.clock.NewTimer(d)
+func (c *Certificates) sleep(ctx context.Context, d time.Duration) bool {
+	t := c.opts.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -207,28 +289,32 @@ func rotationDeadline(cert *x509.Certificate) time.Time {
 // request makes a new key, asks for a certificate for it, waits until the
 // certificate is issued and keeps both in the directory. It returns the
 // certificate and the name of its CSR.
-func (c *csrCertificates) request(ctx context.Context) (*tls.Certificate, string, error) {
+func (c *Certificates) request(ctx context.Context) (*tls.Certificate, string, error) {
 	logger := klog.FromContext(ctx)
+	client, err := c.clients()
+	if err != nil {
+		return nil, "", fmt.Errorf("client to request the %s certificate: %w", c.kind.Name, err)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, "", fmt.Errorf("generate key: %w", err)
 	}
-	dnsNames, ips := splitHosts(c.hosts)
+	dnsNames, ips := SplitHosts(c.opts.Hosts)
 	subject := &pkix.Name{CommonName: "system:node:" + c.nodeName, Organization: []string{"system:nodes"}}
 	csrPEM, err := certutil.MakeCSR(key, subject, dnsNames, ips)
 	if err != nil {
 		return nil, "", fmt.Errorf("make certificate request: %w", err)
 	}
 	// Key encipherment is for RSA keys only: an ECDSA key signs.
-	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
-	name, uid, err := csr.RequestCertificateWithContext(ctx, c.client, csrPEM, "", certificatesv1.KubeletServingSignerName, nil, usages, key)
+	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, c.kind.Usage}
+	name, uid, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, "", c.kind.Signer, nil, usages, key)
 	if err != nil {
 		return nil, "", fmt.Errorf("create CSR: %w", err)
 	}
 	c.setPending(name)
-	logger.Info("Waiting for the serving certificate's CSR to be approved", "csr", name, "approve", "kubectl certificate approve "+name)
+	logger.Info("Waiting for the certificate's CSR to be approved", "kind", c.kind.Name, "csr", name, "approve", "kubectl certificate approve "+name)
 
-	certPEM, err := c.waitIssued(ctx, name, uid)
+	certPEM, err := c.waitIssued(ctx, client, name, uid)
 	if err != nil {
 		return nil, name, err
 	}
@@ -244,15 +330,14 @@ func (c *csrCertificates) request(ctx context.Context) (*tls.Certificate, string
 	if reason := c.unfit(cert.Leaf); reason != "" {
 		return nil, name, fmt.Errorf("certificate issued for CSR %s: %s", name, reason)
 	}
-	if c.dir != "" {
-		path := filepath.Join(c.dir, csrFileName)
-		err := os.MkdirAll(c.dir, 0o755)
+	if path := c.Path(); path != "" {
+		err := os.MkdirAll(c.opts.Dir, 0o755)
 		if err == nil {
 			err = atomicfile.Write(path, append(append([]byte{}, certPEM...), keyPEM...), atomicfile.Options{Perm: 0o600})
 		}
 		if err != nil {
-			// Served all the same; a restart requests another one.
-			logger.Error(err, "Could not keep the serving certificate", "path", path)
+			// Used all the same; a restart requests another one.
+			logger.Error(err, "Could not keep the certificate", "kind", c.kind.Name, "path", path)
 		}
 	}
 	return &cert, name, nil
@@ -262,11 +347,11 @@ func (c *csrCertificates) request(ctx context.Context) (*tls.Certificate, string
 // or failed, or it is deleted. A pending CSR is waited for as long as it
 // exists (the cluster deletes unapproved ones after a day), reminding the
 // administrator now and then.
-func (c *csrCertificates) waitIssued(ctx context.Context, name string, uid types.UID) ([]byte, error) {
+func (c *Certificates) waitIssued(ctx context.Context, client kubernetes.Interface, name string, uid types.UID) ([]byte, error) {
 	logger := klog.FromContext(ctx)
 	for {
 		waitCtx, cancel := context.WithTimeout(ctx, c.reminder)
-		certPEM, err := csr.WaitForCertificate(waitCtx, c.client, name, uid)
+		certPEM, err := csr.WaitForCertificate(waitCtx, client, name, uid)
 		cancel()
 		if err == nil {
 			return certPEM, nil
@@ -275,7 +360,7 @@ func (c *csrCertificates) waitIssued(ctx context.Context, name string, uid types
 			return nil, fmt.Errorf("CSR %s: %w", name, ctx.Err())
 		}
 		// The helper's errors are text: the CSR itself says what happened.
-		obj, getErr := c.client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		obj, getErr := client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(getErr) || getErr == nil && obj.UID != uid:
 			return nil, fmt.Errorf("CSR %s: %w", name, errCSRGone)
@@ -287,7 +372,7 @@ func (c *csrCertificates) waitIssued(ctx context.Context, name string, uid types
 		if !wait.Interrupted(err) {
 			return nil, fmt.Errorf("CSR %s: %w", name, err)
 		}
-		logger.Info("Still waiting for the serving certificate's CSR to be approved", "csr", name, "approve", "kubectl certificate approve "+name)
+		logger.Info("Still waiting for the certificate's CSR to be approved", "kind", c.kind.Name, "csr", name, "approve", "kubectl certificate approve "+name)
 	}
 }
 

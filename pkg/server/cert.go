@@ -13,20 +13,19 @@ import (
 	"fmt"
 	"io/fs"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/atomicfile"
+	"github.com/nodelet/nodelet/pkg/nodecert"
 )
 
 // Names of the self-signed serving certificate and key under CertDir (a
-// requested one is kept in csrFileName).
+// requested one is kept as nodecert.Serving says).
 const (
 	certFileName = "nodelet.crt"
 	keyFileName  = "nodelet.key"
@@ -49,9 +48,10 @@ func (s *Server) tlsConfig(ctx context.Context) (*tls.Config, func(context.Conte
 	var err error
 	switch {
 	case s.opts.TLSBootstrap:
-		certs := newCSRCertificates(s.client, s.opts.NodeName, s.opts.Hosts, s.opts.CertDir, clock.RealClock{})
-		certs.loadStored(ctx)
-		cfg.GetCertificate = certs.getCertificate
+		certs := nodecert.New(nodecert.Serving, s.opts.NodeName, func() (kubernetes.Interface, error) { return s.client, nil },
+			nodecert.Options{Hosts: s.opts.Hosts, Dir: s.opts.CertDir})
+		certs.LoadStored(ctx)
+		cfg.GetCertificate = certs.GetCertificate
 		return cfg, certs.Run, nil
 	case s.opts.TLSCertFile != "":
 		cert, err = tls.LoadX509KeyPair(s.opts.TLSCertFile, s.opts.TLSPrivateKeyFile)
@@ -117,42 +117,7 @@ func unusable(cert *x509.Certificate, hosts []string, now time.Time) string {
 	if now.Add(24 * time.Hour).After(cert.NotAfter) {
 		return "expires within a day"
 	}
-	return uncovered(cert, hosts)
-}
-
-// uncovered names a host that cert is not valid for, or is "".
-func uncovered(cert *x509.Certificate, hosts []string) string {
-	for _, h := range hosts {
-		if h == "" {
-			continue
-		}
-		if ip := net.ParseIP(h); ip != nil {
-			if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
-				return "does not cover " + h
-			}
-		} else if !slices.Contains(cert.DNSNames, h) {
-			return "does not cover " + h
-		}
-	}
-	return ""
-}
-
-// splitHosts sorts hosts into DNS names and IP addresses, skipping empty
-// and repeated ones.
-func splitHosts(hosts []string) (dnsNames []string, ips []net.IP) {
-	for _, h := range hosts {
-		if h == "" {
-			continue
-		}
-		if ip := net.ParseIP(h); ip != nil {
-			if !slices.ContainsFunc(ips, ip.Equal) {
-				ips = append(ips, ip)
-			}
-		} else if !slices.Contains(dnsNames, h) {
-			dnsNames = append(dnsNames, h)
-		}
-	}
-	return dnsNames, ips
+	return nodecert.Uncovered(cert, hosts)
 }
 
 // selfSigned makes a self-signed serving certificate for hosts (DNS names
@@ -180,7 +145,7 @@ func selfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, err erro
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	tmpl.DNSNames, tmpl.IPAddresses = splitHosts(hosts)
+	tmpl.DNSNames, tmpl.IPAddresses = nodecert.SplitHosts(hosts)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create certificate: %w", err)

@@ -3,17 +3,10 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -34,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/nodelet/nodelet/internal/csrtest"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -352,61 +345,15 @@ func TestAlwaysAllow(t *testing.T) {
 }
 
 // testCA is a CA that signs client certificates.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-func (ca *testCA) clientCert(t *testing.T, cn string, orgs ...string) *tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: cn, Organization: orgs},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 func TestClientCertificate(t *testing.T) {
-	ca := newTestCA(t)
+	ca := csrtest.NewCA(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ts := startServer(t, newBackend(), Options{ClientCAFile: caFile}, "kube-apiserver-kubelet-client")
 
-	good := ca.clientCert(t, "kube-apiserver-kubelet-client", "system:masters")
+	good := ca.ClientCert(t, "kube-apiserver-kubelet-client", "system:masters")
 	if status, body := ts.do(t, http.MethodGet, "/pods", "", good); status != http.StatusOK {
 		t.Errorf("GET /pods with the apiserver's client certificate = %d %q, want 200", status, body)
 	}
@@ -415,11 +362,11 @@ func TestClientCertificate(t *testing.T) {
 		t.Errorf("access reviews = %+v, want user kube-apiserver-kubelet-client in system:masters", sars)
 	}
 
-	other := newTestCA(t).clientCert(t, "kube-apiserver-kubelet-client", "system:masters")
+	other := csrtest.NewCA(t).ClientCert(t, "kube-apiserver-kubelet-client", "system:masters")
 	if status, _ := ts.do(t, http.MethodGet, "/pods", "", other); status != http.StatusUnauthorized {
 		t.Errorf("GET /pods with a certificate of another CA = %d, want 401", status)
 	}
-	denied := ca.clientCert(t, "mallory")
+	denied := ca.ClientCert(t, "mallory")
 	if status, _ := ts.do(t, http.MethodGet, "/pods", "", denied); status != http.StatusForbidden {
 		t.Errorf("GET /pods as mallory = %d, want 403", status)
 	}
