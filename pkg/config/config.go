@@ -313,6 +313,16 @@ type SimConfig struct {
 	// addresses must route to this host (all of 127.0.0.0/8 does).
 	// Default empty: every node has `address`.
 	NodeAddresses string `json:"nodeAddresses,omitempty"`
+	// Zones spreads the nodes over zones: node i gets the label
+	// topology.kubernetes.io/zone=zones[i % len(zones)], by its index and
+	// not by shard, so every shard agrees. Default none: no zone label.
+	Zones []string `json:"zones,omitempty"`
+	// Region, when set, is every node's topology.kubernetes.io/region
+	// label. Default none.
+	Region string `json:"region,omitempty"`
+	// InstanceType is every node's node.kubernetes.io/instance-type label.
+	// Default nodelet-sim.
+	InstanceType string `json:"instanceType,omitempty"`
 	// Usage is how the pods use CPU and memory, as /stats/summary and
 	// /metrics/resource report it. A pod's annotations
 	// sim.nodelet.io/cpu-usage and sim.nodelet.io/memory-usage (quantities,
@@ -463,6 +473,9 @@ func SetDefaults(c *Config) {
 	setDuration(&c.AttachDetach.MaxWaitForUnmount, 6*time.Minute)
 	if c.Sim.PodCIDR == "" {
 		c.Sim.PodCIDR = "100.64.0.0/10"
+	}
+	if c.Sim.InstanceType == "" {
+		c.Sim.InstanceType = "nodelet-sim"
 	}
 	for _, r := range []**float64{&c.Sim.Usage.CPURequestRatio, &c.Sim.Usage.MemoryRequestRatio} {
 		if *r == nil {
@@ -732,6 +745,25 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 	if s.NodeAddresses != "" {
 		for _, msg := range utilvalidation.IsValidCIDR(p.Child("nodeAddresses"), s.NodeAddresses) {
 			errs = append(errs, msg)
+		}
+	}
+	seen := map[string]bool{}
+	for i, z := range s.Zones {
+		zp := p.Child("zones").Index(i)
+		switch {
+		case z == "":
+			errs = append(errs, field.Invalid(zp, z, "must not be empty"))
+		case seen[z]:
+			errs = append(errs, field.Duplicate(zp, z))
+		}
+		seen[z] = true
+		for _, msg := range utilvalidation.IsValidLabelValue(z) {
+			errs = append(errs, field.Invalid(zp, z, msg))
+		}
+	}
+	for _, l := range []struct{ name, v string }{{"region", s.Region}, {"instanceType", s.InstanceType}} {
+		for _, msg := range utilvalidation.IsValidLabelValue(l.v) {
+			errs = append(errs, field.Invalid(p.Child(l.name), l.v, msg))
 		}
 	}
 	for _, r := range []struct {

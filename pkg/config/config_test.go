@@ -154,6 +154,15 @@ func TestValidateSim(t *testing.T) {
 			"sim.nodeConditions[1].type", "sim.nodeConditions[1].status", "sim.nodeConditions[1].every",
 			"sim.nodeConditions[1].for", "sim.nodeConditions[1].nodeRatio", "sim.nodeConditions[2].for",
 		}},
+		{name: "topology", sim: func(s *SimConfig) {
+			s.Zones, s.Region, s.InstanceType = []string{"zone-a", "zone-b"}, "region-1", "m5.large"
+		}},
+		{name: "empty, duplicate and bad zones", sim: func(s *SimConfig) {
+			s.Zones = []string{"zone-a", "", "zone-a", "zone c"}
+		}, wantErr: []string{"sim.zones[1]", "sim.zones[2]", "sim.zones[3]"}},
+		{name: "bad region and instance type", sim: func(s *SimConfig) {
+			s.Region, s.InstanceType = "-west", strings.Repeat("x", 64)
+		}, wantErr: []string{"sim.region", "sim.instanceType"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +178,18 @@ func TestValidateSim(t *testing.T) {
 				t.Errorf("errors on %v, want %v: %v", got, tt.wantErr, errs)
 			}
 		})
+	}
+}
+
+func TestSimTopologyDefaults(t *testing.T) {
+	c := Default()
+	if len(c.Sim.Zones) != 0 || c.Sim.Region != "" || c.Sim.InstanceType != "nodelet-sim" {
+		t.Errorf("sim topology defaults: zones %v, region %q, instanceType %q; want none, none, nodelet-sim", c.Sim.Zones, c.Sim.Region, c.Sim.InstanceType)
+	}
+	c = &Config{Sim: SimConfig{InstanceType: "m5.large"}}
+	SetDefaults(c)
+	if c.Sim.InstanceType != "m5.large" {
+		t.Errorf("instanceType set to m5.large defaulted to %q", c.Sim.InstanceType)
 	}
 }
 
@@ -196,6 +217,9 @@ sim:
   - type: MemoryPressure
     every: 1h
     for: 5m
+  zones: [zone-a, zone-b, zone-c]
+  region: region-1
+  instanceType: m5.large
 `
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
@@ -219,6 +243,9 @@ sim:
 	}
 	if !reflect.DeepEqual(s.NodeConditions, want) {
 		t.Errorf("node conditions\n got %+v\nwant %+v", s.NodeConditions, want)
+	}
+	if !reflect.DeepEqual(s.Zones, []string{"zone-a", "zone-b", "zone-c"}) || s.Region != "region-1" || s.InstanceType != "m5.large" {
+		t.Errorf("loaded topology: zones %v, region %q, instanceType %q", s.Zones, s.Region, s.InstanceType)
 	}
 }
 
