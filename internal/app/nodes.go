@@ -9,26 +9,30 @@ import (
 	"github.com/nodelet/nodelet/pkg/config"
 )
 
-// managedNode is one node this agent runs: its name and its pod range.
+// managedNode is one node this agent runs: its name, its pod range and
+// where it stands.
 type managedNode struct {
 	name    string
 	podCIDR string
 	// address is the node's own InternalIP from sim.nodeAddresses, or
 	// empty for the agent's address.
 	address string
+	// zone is the node's zone from sim.zones, or empty for none.
+	zone string
 }
 
 // managedNodes lists the nodes of this agent: one named exactly
 // cfg.NodeName, or cfg.Nodes named <nodeName>-<i>, less those that belong to
 // other shards. With several nodes, node i takes the i-th /24 of the pod
-// range, so that shards never hand out the same pod IP.
+// range, so that shards never hand out the same pod IP, and the zone
+// sim.zones[i % len(sim.zones)], so that every shard spreads them alike.
 func managedNodes(cfg *config.Config) ([]managedNode, error) {
 	addresses, err := nodeAddresses(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Nodes == 0 {
-		return []managedNode{{name: cfg.NodeName, podCIDR: cfg.Sim.PodCIDR, address: addresses(0)}}, nil
+		return []managedNode{{name: cfg.NodeName, podCIDR: cfg.Sim.PodCIDR, address: addresses(0), zone: nodeZone(cfg, 0)}}, nil
 	}
 	base, err := netip.ParsePrefix(cfg.Sim.PodCIDR)
 	if err != nil {
@@ -58,9 +62,19 @@ func managedNodes(cfg *config.Config) ([]managedNode, error) {
 		}
 		a := first + i<<8
 		addr := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), 0})
-		nodes = append(nodes, managedNode{name: name, podCIDR: netip.PrefixFrom(addr, perNodeBits).String(), address: addresses(int(i))})
+		nodes = append(nodes, managedNode{name: name, podCIDR: netip.PrefixFrom(addr, perNodeBits).String(),
+			address: addresses(int(i)), zone: nodeZone(cfg, int(i))})
 	}
 	return nodes, nil
+}
+
+// nodeZone is the zone of node i: the zones of sim.zones in turn, or none
+// when there are none.
+func nodeZone(cfg *config.Config, i int) string {
+	if len(cfg.Sim.Zones) == 0 {
+		return ""
+	}
+	return cfg.Sim.Zones[i%len(cfg.Sim.Zones)]
 }
 
 // nodeAddresses returns the address of node i from sim.nodeAddresses (the

@@ -1,9 +1,14 @@
 package app
 
 import (
+	"context"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/config"
 )
@@ -85,5 +90,112 @@ func TestManagedNodeAddresses(t *testing.T) {
 	cfg.Nodes = 4
 	if _, err := managedNodes(cfg); err == nil || !strings.Contains(err.Error(), "sim.nodeAddresses") {
 		t.Errorf("4 nodes in a /30: error %v, want one naming sim.nodeAddresses", err)
+	}
+}
+
+// sim.zones are dealt to the nodes by index, the same whatever the shard.
+func TestManagedNodeZones(t *testing.T) {
+	tests := []struct {
+		name  string
+		nodes int32
+		zones []string
+		shard string
+		want  map[string]string // node name → zone
+	}{
+		{name: "single node takes the first zone", zones: []string{"a", "b"}, want: map[string]string{"sim": "a"}},
+		{name: "no zones", nodes: 2, want: map[string]string{"sim-0": "", "sim-1": ""}},
+		{name: "round robin", nodes: 5, zones: []string{"a", "b"},
+			want: map[string]string{"sim-0": "a", "sim-1": "b", "sim-2": "a", "sim-3": "b", "sim-4": "a"}},
+		{name: "one zone", nodes: 2, zones: []string{"a"}, want: map[string]string{"sim-0": "a", "sim-1": "a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.NodeName, cfg.Nodes, cfg.Sim.Zones = "sim", tt.nodes, tt.zones
+			nodes, err := managedNodes(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, n := range nodes {
+				got[n.name] = n.zone
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("zones %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	cfg := config.Default()
+	cfg.NodeName, cfg.Nodes, cfg.Sim.Zones = "sim", 30, []string{"a", "b", "c"}
+	all, err := managedNodes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, n := range all {
+		want[n.name] = n.zone
+	}
+	got := map[string]string{}
+	for i := range 3 {
+		cfg.Shard = strconv.Itoa(i) + "/3"
+		nodes, err := managedNodes(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			got[n.name] = n.zone
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("sharded zones %v, want the unsharded %v", got, want)
+	}
+}
+
+// A sim node describes itself as cluster tooling expects: its own pod
+// range, provider ID, zone, region and instance type, with the user's
+// nodeLabels over the defaults.
+func TestSimNodeDescription(t *testing.T) {
+	cfg := config.Default()
+	cfg.NodeName, cfg.Nodes = "sim", 4
+	cfg.Sim.PodCIDR, cfg.Sim.NodeAddresses = "10.8.0.0/16", "127.0.50.0/24"
+	cfg.Sim.Zones, cfg.Sim.Region = []string{"zone-a", "zone-b", "zone-c"}, "region-1"
+	cfg.NodeLabels = map[string]string{corev1.LabelInstanceTypeStable: "mine"}
+	managed, err := managedNodes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, _, err := simNodes(managed, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, cidr, address, zone string
+	}{
+		{"sim-0", "10.8.0.0/24", "127.0.50.1", "zone-a"},
+		{"sim-1", "10.8.1.0/24", "127.0.50.2", "zone-b"},
+		{"sim-2", "10.8.2.0/24", "127.0.50.3", "zone-c"},
+		{"sim-3", "10.8.3.0/24", "127.0.50.4", "zone-a"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := built[i].Template.DeepCopy()
+			built[i].Provider.ConfigureNode(context.Background(), n)
+			if n.Name != tt.name || n.Spec.PodCIDR != tt.cidr || !slices.Equal(n.Spec.PodCIDRs, []string{tt.cidr}) ||
+				n.Spec.ProviderID != "nodelet://"+tt.name {
+				t.Errorf("node %s spec %+v, want pod range %s and provider ID nodelet://%s", n.Name, n.Spec, tt.cidr, tt.name)
+			}
+			if len(n.Status.Addresses) == 0 || n.Status.Addresses[0] != (corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: tt.address}) {
+				t.Errorf("addresses %v, want InternalIP %s first", n.Status.Addresses, tt.address)
+			}
+			for k, want := range map[string]string{
+				corev1.LabelTopologyZone: tt.zone, corev1.LabelTopologyRegion: "region-1",
+				corev1.LabelInstanceTypeStable: "mine", corev1.LabelHostname: tt.name,
+			} {
+				if got := n.Labels[k]; got != want {
+					t.Errorf("label %s = %q, want %q", k, got, want)
+				}
+			}
+		})
 	}
 }

@@ -231,6 +231,9 @@ func TestRunRegistersAndAdopts(t *testing.T) {
 	ours := []corev1.Taint{{Key: "nodelet.io/ours", Effect: corev1.TaintEffectNoSchedule}}
 	fresh, adopted := template("new"), template("old")
 	fresh.Spec.Taints, adopted.Spec.Taints = ours, ours
+	for _, n := range []*corev1.Node{fresh, adopted} {
+		n.Spec.PodCIDR, n.Spec.PodCIDRs, n.Spec.ProviderID = "10.0.0.0/24", []string{"10.0.0.0/24"}, "nodelet://"+n.Name
+	}
 	c, err := NewController(client, []Node{{Template: fresh, Provider: &fakeProvider{}}, {Template: adopted, Provider: &fakeProvider{}}}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +260,11 @@ func TestRunRegistersAndAdopts(t *testing.T) {
 	}
 	if condition(old, "example.com/Other") == nil || condition(old, corev1.NodeReady) == nil {
 		t.Errorf("adopted conditions = %+v, want others' kept and Ready added", old.Status.Conditions)
+	}
+	for _, n := range []*corev1.Node{created, old} {
+		if n.Spec.PodCIDR != "10.0.0.0/24" || len(n.Spec.PodCIDRs) != 1 || n.Spec.ProviderID != "nodelet://"+n.Name {
+			t.Errorf("node %s spec = %+v, want the template's pod range and provider ID", n.Name, n.Spec)
+		}
 	}
 
 	for _, n := range []*corev1.Node{created, old} {

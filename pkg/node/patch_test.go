@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -263,4 +264,49 @@ func boolToInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// An adopted node gets our pod ranges and provider ID only where it has
+// none: the API lets them be set once, from empty, and never changed.
+func TestAdoptPatchSetsSpecOnce(t *testing.T) {
+	ours := corev1.NodeSpec{PodCIDR: "10.0.1.0/24", PodCIDRs: []string{"10.0.1.0/24"}, ProviderID: "nodelet://n"}
+	theirs := corev1.NodeSpec{PodCIDR: "10.9.0.0/24", PodCIDRs: []string{"10.9.0.0/24"}, ProviderID: "aws:///zone/i-1"}
+	tests := []struct {
+		name    string
+		desired corev1.NodeSpec
+		current corev1.NodeSpec
+		want    corev1.NodeSpec
+		noPatch bool
+	}{
+		{name: "bare node gets ours", desired: ours, want: ours},
+		{name: "podCIDR alone stands for podCIDRs", desired: corev1.NodeSpec{PodCIDR: "10.0.1.0/24"},
+			want: corev1.NodeSpec{PodCIDR: "10.0.1.0/24", PodCIDRs: []string{"10.0.1.0/24"}}},
+		{name: "ours already", desired: ours, current: ours, want: ours, noPatch: true},
+		{name: "theirs is kept", desired: ours, current: theirs, want: theirs, noPatch: true},
+		{name: "their provider ID is kept, our pod range added", desired: ours, current: corev1.NodeSpec{ProviderID: theirs.ProviderID},
+			want: corev1.NodeSpec{PodCIDR: ours.PodCIDR, PodCIDRs: ours.PodCIDRs, ProviderID: theirs.ProviderID}},
+		{name: "their pod range is kept, our provider ID added", desired: ours, current: corev1.NodeSpec{PodCIDR: theirs.PodCIDR, PodCIDRs: theirs.PodCIDRs},
+			want: corev1.NodeSpec{PodCIDR: theirs.PodCIDR, PodCIDRs: theirs.PodCIDRs, ProviderID: ours.ProviderID}},
+		{name: "nothing wanted", current: theirs, want: theirs, noPatch: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			desired := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: tt.desired}
+			current := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "3"}, Spec: tt.current}
+			patch, err := adoptPatch(desired, current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.noPatch != (patch == nil) {
+				t.Fatalf("patch = %s, want a patch: %v", patch, !tt.noPatch)
+			}
+			got := current
+			if patch != nil {
+				got = applyPatch(t, current, patch)
+			}
+			if !reflect.DeepEqual(got.Spec, tt.want) {
+				t.Errorf("spec after adoption = %+v, want %+v", got.Spec, tt.want)
+			}
+		})
+	}
 }

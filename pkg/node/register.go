@@ -107,26 +107,39 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 		return "", nil, fmt.Errorf("adopt existing node: %w", err)
 	}
 	logger.V(2).Info("Adopted existing node", "uid", uid)
+	logKeptSpec(logger, desired, current)
 	return uid, nil, nil
 }
 
 // adoptPatch is the strategic merge patch that adds to current the labels,
-// annotations and taints of desired that it lacks, or nil when none is
-// missing. A label or annotation with another value is set to desired's; a
-// taint counts as present when one with its key and effect exists. Nothing
-// is removed. Taints are a list replaced as a whole, so the patch carries
-// current's resourceVersion and fails with a Conflict on a newer node.
+// annotations and taints of desired that it lacks, and its pod ranges and
+// provider ID where current has none, or nil when nothing is missing. A
+// label or annotation with another value is set to desired's; a taint
+// counts as present when one with its key and effect exists. Nothing is
+// removed, and pod ranges or a provider ID already set are never changed
+// (the API refuses it). Taints are a list replaced as a whole, so the patch
+// carries current's resourceVersion and fails with a Conflict on a newer
+// node.
 func adoptPatch(desired, current *corev1.Node) ([]byte, error) {
 	labels := missingEntries(desired.Labels, current.Labels)
 	annotations := missingEntries(desired.Annotations, current.Annotations)
+	spec := map[string]any{}
 	taints := append([]corev1.Taint(nil), current.Spec.Taints...)
 	for _, t := range desired.Spec.Taints {
 		if !hasTaint(taints, t) {
 			taints = append(taints, t)
 		}
 	}
-	addTaints := len(taints) > len(current.Spec.Taints)
-	if len(labels) == 0 && len(annotations) == 0 && !addTaints {
+	if len(taints) > len(current.Spec.Taints) {
+		spec["taints"] = taints
+	}
+	if want := podCIDRs(&desired.Spec); len(want) > 0 && len(podCIDRs(&current.Spec)) == 0 {
+		spec["podCIDR"], spec["podCIDRs"] = want[0], want
+	}
+	if desired.Spec.ProviderID != "" && current.Spec.ProviderID == "" {
+		spec["providerID"] = desired.Spec.ProviderID
+	}
+	if len(labels) == 0 && len(annotations) == 0 && len(spec) == 0 {
 		return nil, nil
 	}
 
@@ -138,14 +151,37 @@ func adoptPatch(desired, current *corev1.Node) ([]byte, error) {
 		meta["annotations"] = annotations
 	}
 	patch := map[string]any{"metadata": meta}
-	if addTaints {
-		patch["spec"] = map[string]any{"taints": taints}
+	if len(spec) > 0 {
+		patch["spec"] = spec
 	}
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return nil, fmt.Errorf("marshal adoption patch: %w", err)
 	}
 	return data, nil
+}
+
+// podCIDRs are the pod ranges of spec: podCIDRs, or podCIDR alone when
+// only it is set.
+func podCIDRs(spec *corev1.NodeSpec) []string {
+	if len(spec.PodCIDRs) > 0 {
+		return spec.PodCIDRs
+	}
+	if spec.PodCIDR != "" {
+		return []string{spec.PodCIDR}
+	}
+	return nil
+}
+
+// logKeptSpec tells when an adopted node keeps pod ranges or a provider ID
+// other than desired's: set before, they cannot change.
+func logKeptSpec(logger klog.Logger, desired, current *corev1.Node) {
+	if want, have := podCIDRs(&desired.Spec), podCIDRs(&current.Spec); len(want) > 0 && len(have) > 0 && !slices.Equal(want, have) {
+		logger.Info("Existing node keeps its pod ranges, which cannot change", "podCIDRs", have, "wanted", want)
+	}
+	if want, have := desired.Spec.ProviderID, current.Spec.ProviderID; want != "" && have != "" && want != have {
+		logger.Info("Existing node keeps its provider ID, which cannot change", "providerID", have, "wanted", want)
+	}
 }
 
 // missingEntries are the entries of want that have is missing or holds with

@@ -65,8 +65,11 @@ type NodeProvider interface {
 	// turns the node's Ready condition False with the error as its message.
 	Ping(ctx context.Context) error
 	// ConfigureNode fills in node.Status: capacity, allocatable, conditions,
-	// addresses, nodeInfo and daemonEndpoints. It may add labels. It must not
-	// block; nodelet owns the Ready condition's heartbeat and transition times.
+	// addresses, nodeInfo and daemonEndpoints. It may add labels, and set
+	// spec.podCIDR, spec.podCIDRs and spec.providerID, which nodelet writes
+	// only when it registers the node and only where the Node has none (the
+	// API never lets them change once set). It must not block; nodelet
+	// owns the Ready condition's heartbeat and transition times.
 	ConfigureNode(ctx context.Context, node *corev1.Node)
 }
 

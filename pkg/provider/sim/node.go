@@ -18,6 +18,10 @@ import (
 // label is already set.
 const NodeType = "nodelet-sim"
 
+// ProviderIDPrefix begins a simulated node's spec.providerID; the node
+// name follows.
+const ProviderIDPrefix = "nodelet://"
+
 // Ping reports the simulated node healthy, unless Options.PingErrorFile
 // exists: then it fails with the file's content, and the node is wedged
 // until the file is gone: deleted pods do not terminate.
@@ -37,26 +41,33 @@ func (p *Provider) pingError() error {
 	return fmt.Errorf("simulated ping error: %s", strings.TrimSpace(string(msg)))
 }
 
-// ConfigureNode describes the simulated node: capacity and allocatable,
-// healthy conditions, addresses, nodeInfo and the kubelet endpoint. It adds
-// the well-known node labels that are not set yet. The node conditions of
-// Options.NodeConditions that this node shows are applied over the healthy
-// ones as the clock stands now. Conditions of other types are kept, and
-// heartbeat and transition times are left to nodelet.
+// ConfigureNode describes the simulated node: its pod range and provider
+// ID, capacity and allocatable, healthy conditions, addresses, nodeInfo
+// and the kubelet endpoint. It adds the well-known node labels that are not
+// set yet (zone, region and instance type when the options give them). The
+// node conditions of Options.NodeConditions that this node shows are
+// applied over the healthy ones as the clock stands now. Conditions of
+// other types are kept, and heartbeat and transition times are left to
+// nodelet.
 func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	if node.Labels == nil {
 		node.Labels = map[string]string{}
 	}
 	for k, v := range map[string]string{
-		corev1.LabelHostname:   p.opts.NodeName,
-		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: runtime.GOARCH,
-		"type":                 NodeType,
+		corev1.LabelHostname:           p.opts.NodeName,
+		corev1.LabelOSStable:           "linux",
+		corev1.LabelArchStable:         runtime.GOARCH,
+		"type":                         NodeType,
+		corev1.LabelTopologyZone:       p.opts.Zone,
+		corev1.LabelTopologyRegion:     p.opts.Region,
+		corev1.LabelInstanceTypeStable: p.opts.InstanceType,
 	} {
-		if _, ok := node.Labels[k]; !ok {
+		if _, ok := node.Labels[k]; !ok && v != "" {
 			node.Labels[k] = v
 		}
 	}
+	node.Spec.PodCIDR, node.Spec.PodCIDRs = p.podCIDR, []string{p.podCIDR}
+	node.Spec.ProviderID = ProviderIDPrefix + p.opts.NodeName
 
 	s := &node.Status
 	s.VolumesInUse = p.volumesInUse()

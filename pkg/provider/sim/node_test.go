@@ -3,8 +3,10 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,5 +202,57 @@ func TestNodeConditionSelection(t *testing.T) {
 	}
 	if same > chosen/4 {
 		t.Errorf("entries 0 and 1 share %d of %d nodes", same, chosen)
+	}
+}
+
+// ConfigureNode gives the node its pod range and provider ID, and the
+// topology labels of the options where the node has none of its own.
+func TestConfigureNodeTopology(t *testing.T) {
+	tests := []struct {
+		name       string
+		opts       func(*Options)
+		labels     map[string]string // the node's own
+		wantLabels map[string]string // "" for absent
+		wantCIDR   string
+	}{
+		{name: "zone, region and instance type", opts: func(o *Options) {
+			o.Zone, o.Region, o.InstanceType = "zone-b", "region-1", "nodelet-sim"
+		}, wantLabels: map[string]string{
+			corev1.LabelTopologyZone: "zone-b", corev1.LabelTopologyRegion: "region-1", corev1.LabelInstanceTypeStable: "nodelet-sim",
+			corev1.LabelHostname: "sim-0",
+		}, wantCIDR: "10.0.0.0/24"},
+		{name: "none given, none set", wantLabels: map[string]string{
+			corev1.LabelTopologyZone: "", corev1.LabelTopologyRegion: "", corev1.LabelInstanceTypeStable: "",
+		}, wantCIDR: "10.0.0.0/24"},
+		{name: "the node's own labels win", opts: func(o *Options) {
+			o.Zone, o.Region, o.InstanceType = "zone-b", "region-1", "nodelet-sim"
+		}, labels: map[string]string{corev1.LabelTopologyZone: "mine", corev1.LabelInstanceTypeStable: "big", corev1.LabelHostname: "host"},
+			wantLabels: map[string]string{
+				corev1.LabelTopologyZone: "mine", corev1.LabelTopologyRegion: "region-1", corev1.LabelInstanceTypeStable: "big",
+				corev1.LabelHostname: "host",
+			}, wantCIDR: "10.0.0.0/24"},
+		{name: "pod range in canonical form", opts: func(o *Options) { o.PodCIDR = "10.1.2.3/16" }, wantCIDR: "10.1.0.0/16"},
+		{name: "IPv6 pod range", opts: func(o *Options) { o.PodCIDR = "fd00:0:0:1::/64" }, wantCIDR: "fd00:0:0:1::/64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _, _ := newTest(t, tt.opts)
+			node := &corev1.Node{}
+			if tt.labels != nil {
+				node.Labels = maps.Clone(tt.labels)
+			}
+			p.ConfigureNode(context.Background(), node)
+			for k, want := range tt.wantLabels {
+				if got, ok := node.Labels[k]; got != want || ok != (want != "") {
+					t.Errorf("label %s = %q (set: %v), want %q", k, got, ok, want)
+				}
+			}
+			if node.Spec.PodCIDR != tt.wantCIDR || !slices.Equal(node.Spec.PodCIDRs, []string{tt.wantCIDR}) {
+				t.Errorf("pod ranges %q %v, want %s", node.Spec.PodCIDR, node.Spec.PodCIDRs, tt.wantCIDR)
+			}
+			if node.Spec.ProviderID != "nodelet://sim-0" {
+				t.Errorf("providerID %q, want nodelet://sim-0", node.Spec.ProviderID)
+			}
+		})
 	}
 }

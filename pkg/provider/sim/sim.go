@@ -59,6 +59,11 @@ type Options struct {
 	PodCIDR string
 	// Address is the node's InternalIP and the pods' hostIP.
 	Address string
+	// Zone, Region and InstanceType, each when set, are the node's
+	// topology.kubernetes.io/zone, topology.kubernetes.io/region and
+	// node.kubernetes.io/instance-type labels, unless the node has them
+	// already.
+	Zone, Region, InstanceType string
 	// Port is the kubelet API port published in daemonEndpoints.
 	Port int32
 	// StartDelay is how long a pod stays Pending; 0 runs it at once.
@@ -236,6 +241,8 @@ type Provider struct {
 	opts  Options
 	clock clock.WithDelayedExecution
 	conds []nodeCond // the entries of opts.NodeConditions this node shows
+	// podCIDR is opts.PodCIDR in canonical form, the node's spec.podCIDR.
+	podCIDR string
 
 	mu       sync.Mutex
 	pods     map[string]*simPod // by namespace/name
@@ -325,6 +332,7 @@ func New(opts Options) (*Provider, error) {
 		clock:   opts.Clock,
 		started: opts.Clock.Now(),
 		conds:   nodeConds(opts.NodeName, opts.NodeConditions),
+		podCIDR: ips.prefix.String(),
 		pods:    make(map[string]*simPod),
 		ips:     ips,
 		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
