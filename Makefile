@@ -207,7 +207,8 @@ run: build bin/metrics-server $(RUN_DEPS)
 	@if [ -f $(LOCAL)/nodelet.pid ] && kill -0 $$(cat $(LOCAL)/nodelet.pid) 2>/dev/null; then \
 		echo "nodelet already running"; \
 	else \
-		nohup bin/nodelet --kubeconfig $(KUBECONFIG_LOCAL) --node-name $(NODE_NAME) --provider $(PROVIDER) \
+		nohup bin/nodelet --bootstrap-kubeconfig $(LOCAL)/controlplane/bootstrap.kubeconfig \
+			--kubeconfig $(CURDIR)/$(LOCAL)/nodelet/kubeconfig --node-name $(NODE_NAME) --provider $(PROVIDER) \
 			--root-dir $(CURDIR)/$(LOCAL)/nodelet --client-ca-file $(LOCAL)/controlplane/pki/ca.crt \
 			--node-labels nodelet.io/sample=true $(RUN_FLAGS) > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
 	fi

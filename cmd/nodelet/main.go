@@ -43,8 +43,9 @@ func main() {
 
 // options are the command-line settings that are not part of the config.
 type options struct {
-	kubeconfig string
-	configFile string
+	kubeconfig          string
+	bootstrapKubeconfig string
+	configFile          string
 }
 
 func run(args []string) error {
@@ -81,12 +82,12 @@ func run(args []string) error {
 		return err
 	}
 
-	rc, err := app.RESTConfig(o.kubeconfig, cfg)
+	creds, err := app.LoadCredentials(ctx, o.kubeconfig, o.bootstrapKubeconfig, cfg)
 	if err != nil {
 		return err
 	}
 	logger.Info("Starting nodelet", "version", app.Version, "provider", cfg.Provider)
-	err = app.Run(ctx, rc, cfg, remote)
+	err = app.Run(ctx, creds, cfg, remote)
 	if errors.Is(err, config.ErrRestart) {
 		logger.Info("Restarting nodelet in place to use the newly assigned config")
 		klog.Flush()
@@ -143,7 +144,8 @@ func clone(c *config.Config) (*config.Config, error) {
 
 func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("nodelet", pflag.ContinueOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "path to a kubeconfig; empty means in-cluster")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "path to a kubeconfig; empty means in-cluster (with --bootstrap-kubeconfig: where the node's kubeconfig is written, default <root-dir>/kubeconfig)")
+	fs.StringVar(&o.bootstrapKubeconfig, "bootstrap-kubeconfig", o.bootstrapKubeconfig, "TLS bootstrap: a kubeconfig with a bootstrap token, used to request the node's client certificate when none valid is kept under <root-dir>/pki")
 	fs.StringVar(&o.configFile, "config", o.configFile, "path to a "+config.Kind+" YAML file; flags override it")
 	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of the Node to register")
 	fs.Int32Var(&cfg.Nodes, "nodes", cfg.Nodes, "register this many nodes named <node-name>-<i>; 0 registers one node named <node-name>")

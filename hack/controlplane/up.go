@@ -156,6 +156,7 @@ func (o *upOptions) run(ctx context.Context) error {
 		"--max-mutating-requests-inflight=1500",
 		"--profiling=false",
 	}
+	apiArgs = append(apiArgs, bootstrapAPIServerArgs()...)
 	if ms.path != "" {
 		apiArgs = append(apiArgs, aggregatorArgs(certs)...)
 	}
@@ -205,6 +206,7 @@ func (o *upOptions) run(ctx context.Context) error {
 		"--concurrent-replicaset-syncs=10",
 		"--concurrent-gc-syncs=50",
 	}
+	cmArgs = append(cmArgs, bootstrapControllerArgs()...)
 	if err := g.start("controller-manager", append(cmArgs, o.extraControllerMgrArgs...)...); err != nil {
 		return err
 	}
@@ -216,8 +218,13 @@ func (o *upOptions) run(ctx context.Context) error {
 		return fmt.Errorf("unregister metrics-server: %w", err)
 	}
 
+	if err := setUpBootstrap(ctx, cfg, bootstrapKubeconfigPath(dir), server, certs.path("ca.crt")); err != nil {
+		return fmt.Errorf("bootstrap token: %w", err)
+	}
+
 	fmt.Printf("control plane ready at %s\n", server)
 	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
+	fmt.Printf("  nodes join with --bootstrap-kubeconfig %s\n", bootstrapKubeconfigPath(dir))
 	fmt.Printf("  logs in %s\n", g.logDir)
 	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(server+"\n"), 0o644); err != nil {
 		return err

@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/node"
+	"github.com/nodelet/nodelet/pkg/nodecert"
 	"github.com/nodelet/nodelet/pkg/pod"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/server"
@@ -42,29 +45,87 @@ import (
 // Version is the agent's version, reported as the node's kubelet version.
 var Version = "v1.36.3-nodelet"
 
-// RESTConfig loads the client configuration from kubeconfig, or from the
+// Credentials are how the agent authenticates to the API server.
+type Credentials struct {
+	Config *rest.Config
+	// Renew keeps a client certificate from TLS bootstrap current; nil
+	// without TLS bootstrap.
+	Renew func(context.Context) error
+}
+
+// LoadCredentials loads the client configuration: with a bootstrap
+// kubeconfig, the node's own client certificate (requested with it when
+// none is kept, and kubeconfig written to use it); else kubeconfig, or the
 // pod's service account when kubeconfig is empty.
-func RESTConfig(kubeconfig string, cfg *config.Config) (*rest.Config, error) {
-	var rc *rest.Config
+func LoadCredentials(ctx context.Context, kubeconfig, bootstrapKubeconfig string, cfg *config.Config) (*Credentials, error) {
+	var creds Credentials
 	var err error
-	if kubeconfig == "" {
-		rc, err = rest.InClusterConfig()
+	switch {
+	case bootstrapKubeconfig != "":
+		if creds.Config, creds.Renew, err = bootstrapCredentials(ctx, kubeconfig, bootstrapKubeconfig, cfg); err != nil {
+			return nil, err
+		}
+	case kubeconfig == "":
+		creds.Config, err = rest.InClusterConfig()
 		if err != nil {
 			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
 		}
-	} else {
+	default:
 		if _, err := os.Stat(kubeconfig); err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 		}
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		creds.Config, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 		}
 	}
-	rc.QPS = cfg.KubeAPIQPS
-	rc.Burst = int(cfg.KubeAPIBurst)
-	rc.UserAgent = "nodelet/" + Version
-	return rc, nil
+	creds.Config.QPS = cfg.KubeAPIQPS
+	creds.Config.Burst = int(cfg.KubeAPIBurst)
+	creds.Config.UserAgent = "nodelet/" + Version
+	return &creds, nil
+}
+
+// bootstrapCredentials is TLS bootstrap: one node's identity, its
+// certificate kept under the root dir's pki, and kubeconfig (default
+// <rootDir>/kubeconfig) written to use it. A kubeconfig that exists with
+// other credentials is refused rather than overwritten.
+func bootstrapCredentials(ctx context.Context, kubeconfig, bootstrapKubeconfig string, cfg *config.Config) (*rest.Config, func(context.Context) error, error) {
+	if cfg.Nodes > 0 {
+		return nil, nil, errors.New("--bootstrap-kubeconfig: a node's identity covers one node; run several nodes (--nodes) with a service account or a kubeconfig")
+	}
+	dir := filepath.Join(cfg.RootDir, "pki")
+	if kubeconfig == "" {
+		kubeconfig = filepath.Join(cfg.RootDir, "kubeconfig")
+	}
+	if err := ownedKubeconfig(kubeconfig, filepath.Join(dir, nodecert.Client.File)); err != nil {
+		return nil, nil, err
+	}
+	rc, certs, err := nodecert.ClientConfig(ctx, cfg.NodeName, nodecert.ClientOptions{
+		BootstrapKubeconfig: bootstrapKubeconfig, Kubeconfig: kubeconfig, Dir: dir,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rc, certs.Run, nil
+}
+
+// ownedKubeconfig fails when path is a kubeconfig whose credentials are not
+// the certificate in certFile: TLS bootstrap would overwrite it.
+func ownedKubeconfig(path, certFile string) error {
+	existing, err := clientcmd.LoadFromFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	for name, auth := range existing.AuthInfos {
+		if auth.ClientCertificate != certFile || auth.ClientKey != certFile || auth.Token != "" || auth.Exec != nil {
+			return fmt.Errorf("kubeconfig %s: user %q has other credentials than the bootstrapped certificate %s; "+
+				"with --bootstrap-kubeconfig nodelet writes this file: name a new one", path, name, certFile)
+		}
+	}
+	return nil
 }
 
 // Agent is nodelet built and not yet running: its API client, informer
@@ -85,10 +146,13 @@ type Agent struct {
 
 // Run builds the agent and runs it until ctx is done (New, then
 // Agent.Run).
-func Run(ctx context.Context, rc *rest.Config, cfg *config.Config, remote *config.Controller) error {
-	a, err := New(rc, cfg, remote)
+func Run(ctx context.Context, creds *Credentials, cfg *config.Config, remote *config.Controller) error {
+	a, err := New(creds.Config, cfg, remote)
 	if err != nil {
 		return err
+	}
+	if creds.Renew != nil {
+		a.loops["client certificate"] = creds.Renew
 	}
 	return a.Run(ctx)
 }

@@ -114,7 +114,7 @@ type controlPlane struct {
 
 // startControlPlane runs bin/controlplane up in a temporary directory and
 // waits until it is ready.
-func startControlPlane() (*controlPlane, error) {
+func startControlPlane(extra ...string) (*controlPlane, error) {
 	dir, err := os.MkdirTemp("", "nodelet-e2e-")
 	if err != nil {
 		return nil, err
@@ -124,8 +124,8 @@ func startControlPlane() (*controlPlane, error) {
 		return nil, err
 	}
 	cp := &controlPlane{dir: dir, log: log, done: make(chan struct{})}
-	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), "up", "--dir", dir,
-		"--metrics-server", filepath.Join(root, "bin/metrics-server"))
+	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), append([]string{"up", "--dir", dir,
+		"--metrics-server", filepath.Join(root, "bin/metrics-server")}, extra...)...)
 	cp.cmd.Stdout, cp.cmd.Stderr = log, log
 	cp.cmd.SysProcAttr = stopWithParent()
 	if err := cp.cmd.Start(); err != nil {

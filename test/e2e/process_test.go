@@ -65,7 +65,8 @@ func startProcessNodelet(t *testing.T, node string, extra ...string) *processAge
 	uids := recordPodUIDs(t, node)
 	t.Cleanup(func() { checkNoLeaks(t, rootDir, uids()) })
 	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca,
-		"--address", hostIP(t)}, extra...)
+		"--address", hostIP(t)}, nodeIdentity(t, node, kubeconfig, rootDir)...)
+	args = append(args, extra...)
 	a := startNodelet(t, node, args...)
 	waitReady(t, node, 30*time.Second)
 	return &processAgent{agent: a, rootDir: rootDir, port: port}
