@@ -294,6 +294,14 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	}
 	loops["pod controller"] = podCtrl.Run
 
+	static, err := staticPods(client, recorder, cfg, factory, nodeFactory, podProviders)
+	if err != nil {
+		return nil, err
+	}
+	if static != nil {
+		loops["static pods"] = static
+	}
+
 	if remote != nil {
 		// The first node is the agent's: its annotation names the config.
 		base := names[0]

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,17 @@ type Config struct {
 	// VolumeSyncPeriod is how often ConfigMap, Secret, downward API and
 	// projected volumes are refreshed.
 	VolumeSyncPeriod metav1.Duration `json:"volumeSyncPeriod,omitempty"`
+
+	// StaticPodPath is a directory of pod manifests (YAML or JSON, one pod
+	// per file; names beginning with "." are skipped) that the node runs
+	// as static pods, with a mirror pod each in the API (process and cri
+	// providers). It is read every FileCheckFrequency (default 20s).
+	StaticPodPath      string          `json:"staticPodPath,omitempty"`
+	FileCheckFrequency metav1.Duration `json:"fileCheckFrequency,omitempty"`
+	// StaticPodURL serves pod manifests (one pod or a list) that the node
+	// runs as static pods, read every HTTPCheckFrequency (default 20s).
+	StaticPodURL       string          `json:"staticPodURL,omitempty"`
+	HTTPCheckFrequency metav1.Duration `json:"httpCheckFrequency,omitempty"`
 
 	// ContainerRuntimeEndpoint is the CRI socket of the cri provider's
 	// container runtime.
@@ -450,6 +462,8 @@ func SetDefaults(c *Config) {
 		c.ContainerLogMaxFiles = 5
 	}
 	setDuration(&c.VolumeSyncPeriod, 10*time.Second)
+	setDuration(&c.FileCheckFrequency, 20*time.Second)
+	setDuration(&c.HTTPCheckFrequency, 20*time.Second)
 	setDuration(&c.ConfigTrialDuration, 10*time.Minute)
 	// As the kubelet: the default hard thresholds only when none is set,
 	// never merged into the user's.
@@ -606,6 +620,17 @@ func (c *Config) Validate() field.ErrorList {
 	if c.ContainerLogMaxFiles < 2 {
 		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxFiles"), c.ContainerLogMaxFiles, "must be at least 2"))
 	}
+	if (c.StaticPodPath != "" || c.StaticPodURL != "") && !c.RunsHostPods() {
+		errs = append(errs, field.Invalid(field.NewPath("provider"), c.Provider, "static pods (staticPodPath, staticPodURL) need the process or cri provider"))
+	}
+	if c.StaticPodPath != "" && !filepath.IsAbs(c.StaticPodPath) {
+		errs = append(errs, field.Invalid(field.NewPath("staticPodPath"), c.StaticPodPath, "must be an absolute path"))
+	}
+	if c.StaticPodURL != "" {
+		if u, err := url.Parse(c.StaticPodURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, field.Invalid(field.NewPath("staticPodURL"), c.StaticPodURL, "must be an http or https URL"))
+		}
+	}
 	if c.VolumeSyncPeriod.Duration <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("volumeSyncPeriod"), c.VolumeSyncPeriod.Duration.String(), "must be greater than 0"))
 	}
@@ -652,6 +677,8 @@ func (c *Config) Validate() field.ErrorList {
 		{"nodeStatusReportFrequency", c.NodeStatusReportFrequency},
 		{"pingInterval", c.PingInterval},
 		{"podStatusPollInterval", c.PodStatusPollInterval},
+		{"fileCheckFrequency", c.FileCheckFrequency},
+		{"httpCheckFrequency", c.HTTPCheckFrequency},
 		{"configTrialDuration", c.ConfigTrialDuration},
 	} {
 		if d.v.Duration <= 0 {

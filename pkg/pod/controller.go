@@ -2,7 +2,9 @@
 // node's provider run what the API says should run there, reports what the
 // provider says back as pod status, and finishes graceful deletions. It
 // writes only pods (status and the final delete) and Events; it never
-// touches Node objects.
+// touches Node objects. Static pods (which a provider runs from manifests
+// on the node) are not its to run or stop: of their mirror pods in the API
+// it writes only the status.
 package pod
 
 import (
@@ -200,7 +202,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			n.NotifyPods(ctx, func(pod *corev1.Pod) {
 				logger.V(4).Info("Provider reported a status", "pod", klog.KObj(pod), "phase", pod.Status.Phase)
 				key := pod.Namespace + "/" + pod.Name
-				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+				if !provider.IsStaticPod(pod) && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
 					c.finals.Store(key, pod)
 				}
 				c.queue.Add(key)

@@ -79,6 +79,11 @@ func (c *Controller) reconcileStartup(ctx context.Context) error {
 		}
 		for _, provPod := range pods {
 			key := provPod.Namespace + "/" + provPod.Name
+			if provider.IsStaticPod(provPod) {
+				// Not the API's: only its mirror pod's status is ours.
+				c.queue.Add(key)
+				continue
+			}
 			c.record(key, node, provPod.UID)
 			apiPod, err := c.apiPod(ctx, provPod.Namespace, provPod.Name)
 			switch {

@@ -38,6 +38,9 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	// From here on, pod is ours to change: never modify the cache's copy.
 	pod = pod.DeepCopy()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
+	if provider.IsMirrorPod(pod) {
+		return c.syncMirror(ctx, rec, p, pod)
+	}
 
 	provPod, err := p.GetPod(ctx, namespace, name)
 	switch {
@@ -45,6 +48,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		provPod = nil
 	case err != nil:
 		return fmt.Errorf("get pod from provider: %w", err)
+	}
+	if provPod != nil && provider.IsStaticPod(provPod) {
+		// A static pod holds the name on this node; it is not ours to stop.
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreate", "a static pod of the same name runs on node %s", pod.Spec.NodeName)
+		return nil
 	}
 	if provPod != nil && provPod.UID != "" && provPod.UID != pod.UID {
 		// The provider still runs an older pod of the same name: stop it
@@ -97,6 +105,11 @@ func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) 
 	}
 	if err != nil {
 		return fmt.Errorf("get pod from provider: %w", err)
+	}
+	if provider.IsStaticPod(provPod) {
+		// Its mirror pod went; the static pod source owns the pod itself.
+		c.known.Delete(key)
+		return nil
 	}
 	klog.FromContext(ctx).V(2).Info("Pod is gone from the API; stopping it", "pod", klog.KObj(provPod))
 	if err := p.DeletePod(ctx, immediate(provPod)); err != nil {

@@ -7,10 +7,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // masterService is the service whose variables every pod gets, even with
@@ -34,7 +37,7 @@ type NodeInfo struct {
 // name defined again replaces the earlier entry and takes the later position,
 // so every name appears once.
 func Environment(ctx context.Context, g Getter, pod *corev1.Pod, c *corev1.Container, node NodeInfo) ([]string, error) {
-	services, err := g.Services(ctx, pod.Namespace)
+	services, err := podServices(ctx, g, pod)
 	if err != nil {
 		return nil, fmt.Errorf("service environment: %w", err)
 	}
@@ -107,6 +110,28 @@ func (o *orderedVars) list() []string {
 		}
 	}
 	return out
+}
+
+// staticServiceWait bounds how long a static pod's container waits for the
+// services: static pods run while the API server is away, without service
+// variables if it must be.
+const staticServiceWait = 2 * time.Second
+
+// podServices returns the services a pod's variables come from. A static
+// pod (which the node runs from a manifest, not from the API) waits for
+// them only briefly, as the kubelet starts static pods before it has ever
+// reached the API server.
+func podServices(ctx context.Context, g Getter, pod *corev1.Pod) ([]corev1.Service, error) {
+	if !provider.IsStaticPod(pod) {
+		return g.Services(ctx, pod.Namespace)
+	}
+	wait, cancel := context.WithTimeout(ctx, staticServiceWait)
+	defer cancel()
+	services, err := g.Services(wait, pod.Namespace)
+	if err != nil && ctx.Err() == nil {
+		return nil, nil
+	}
+	return services, err
 }
 
 // selectServices keeps the services whose variables a pod in namespace gets:
