@@ -204,10 +204,13 @@ run: build bin/metrics-server $(RUN_DEPS)
 	fi
 	@for i in $$(seq 1 180); do [ -f $(LOCAL)/controlplane/ready ] && break; sleep 1; done; \
 		[ -f $(LOCAL)/controlplane/ready ] || { echo "control plane not ready; see $(LOCAL)/controlplane.log"; exit 1; }
+	@mkdir -p $(LOCAL)/manifests
+	@printf 'apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\n' > $(LOCAL)/nodelet.yaml
+	@if [ "$(PROVIDER)" != sim ]; then echo "staticPodPath: $(CURDIR)/$(LOCAL)/manifests" >> $(LOCAL)/nodelet.yaml; fi
 	@if [ -f $(LOCAL)/nodelet.pid ] && kill -0 $$(cat $(LOCAL)/nodelet.pid) 2>/dev/null; then \
 		echo "nodelet already running"; \
 	else \
-		nohup bin/nodelet --bootstrap-kubeconfig $(LOCAL)/controlplane/bootstrap.kubeconfig \
+		nohup bin/nodelet --config $(LOCAL)/nodelet.yaml --bootstrap-kubeconfig $(LOCAL)/controlplane/bootstrap.kubeconfig \
 			--kubeconfig $(CURDIR)/$(LOCAL)/nodelet/kubeconfig --node-name $(NODE_NAME) --provider $(PROVIDER) \
 			--root-dir $(CURDIR)/$(LOCAL)/nodelet --client-ca-file $(LOCAL)/controlplane/pki/ca.crt \
 			--node-labels nodelet.io/sample=true $(RUN_FLAGS) > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
@@ -221,6 +224,7 @@ run: build bin/metrics-server $(RUN_DEPS)
 	@echo "  $(KUBECTL) get nodes,pods -o wide"
 	@echo "  $(KUBECTL) logs deployment/sample"
 	@echo "  $(KUBECTL) top pods   (once metrics-server has scraped the node)"
+	@if [ "$(PROVIDER)" != sim ]; then echo "Static pods: drop pod manifests into $(LOCAL)/manifests (read every 20s; each gets a mirror pod <name>-$(NODE_NAME))"; fi
 	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/. Stop with: make stop"
 
 # With the cri provider, stopping containerd removes every pod, so the
