@@ -170,6 +170,8 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.DurationVar(&cfg.PingInterval.Duration, "ping-interval", cfg.PingInterval.Duration, "how often the provider is pinged")
 	fs.StringVar(&cfg.Address, "address", cfg.Address, "the node's InternalIP")
 	fs.Int32Var(&cfg.Port, "port", cfg.Port, "kubelet API port published in the node's daemonEndpoints")
+	fs.Int32Var(&cfg.HealthzPort, "healthz-port", cfg.HealthzPort, "port of the unauthenticated /healthz for liveness and readiness probes; 0 turns it off")
+	fs.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "IP address that /healthz listens on (0.0.0.0 for every interface)")
 	fs.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "queries per second to the API server")
 	fs.Int32Var(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "burst of queries to the API server")
 	fs.DurationVar(&cfg.Sim.StartDelay.Duration, "sim-start-delay", cfg.Sim.StartDelay.Duration, "sim provider: how long a pod stays Pending")

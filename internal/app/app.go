@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -318,6 +319,13 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 		}
 	}
 
+	if cfg.HealthzPort > 0 {
+		addr := net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(int(cfg.HealthzPort)))
+		loops["healthz"] = server.NewHealthz(addr, func() error {
+			return agentHealth(nodeCtrl.Ready(), podCtrl.Synced(), srv)
+		}).Run
+	}
+
 	return &Agent{
 		client:      client,
 		broadcaster: broadcaster,
@@ -384,6 +392,23 @@ func newRegistry(remote *config.Controller) (*prometheus.Registry, error) {
 		}
 	}
 	return reg, nil
+}
+
+// agentHealth is what /healthz reports: nil once every node is registered,
+// the pods are synced and the kubelet API, if any, serves; else what is
+// missing.
+func agentHealth(registered, synced <-chan struct{}, srv *server.Server) error {
+	var missing []error
+	if !closed(registered) {
+		missing = append(missing, errors.New("nodes not registered yet"))
+	}
+	if !closed(synced) {
+		missing = append(missing, errors.New("pods not synced yet"))
+	}
+	if srv != nil && !closed(srv.Serving()) {
+		missing = append(missing, errors.New("kubelet API not serving yet"))
+	}
+	return errors.Join(missing...)
 }
 
 // closed tells whether ch is closed.

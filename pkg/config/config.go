@@ -84,6 +84,14 @@ type Config struct {
 	Address string `json:"address,omitempty"`
 	Port    int32  `json:"port,omitempty"`
 
+	// HealthzPort serves /healthz, without authentication, on
+	// HealthzBindAddress: 200 once every node is registered and the pods
+	// are synced, 500 with the reason before. Liveness and readiness probes
+	// use it. Default 0: off (the kubelet's 10248 would clash between the
+	// agents that share a host).
+	HealthzPort        int32  `json:"healthzPort,omitempty"`
+	HealthzBindAddress string `json:"healthzBindAddress,omitempty"`
+
 	// EnableServer runs the kubelet API server (logs, exec, attach,
 	// port-forward) on Port. Default true with the process provider, false
 	// with sim (thousands of sim nodes share one address).
@@ -429,6 +437,9 @@ func SetDefaults(c *Config) {
 	if c.Port == 0 {
 		c.Port = 10250
 	}
+	if c.HealthzBindAddress == "" {
+		c.HealthzBindAddress = "127.0.0.1"
+	}
 	if c.RootDir == "" {
 		c.RootDir = "/var/lib/nodelet"
 	}
@@ -698,6 +709,12 @@ func (c *Config) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("port"), c.Port, "must be between 1 and 65535"))
 	}
 	for _, msg := range utilvalidation.IsValidIP(field.NewPath("address"), c.Address) {
+		errs = append(errs, msg)
+	}
+	if c.HealthzPort < 0 || c.HealthzPort > 65535 {
+		errs = append(errs, field.Invalid(field.NewPath("healthzPort"), c.HealthzPort, "must be between 0 (off) and 65535"))
+	}
+	for _, msg := range utilvalidation.IsValidIP(field.NewPath("healthzBindAddress"), c.HealthzBindAddress) {
 		errs = append(errs, msg)
 	}
 	errs = append(errs, eviction.ValidateThresholds(c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim)...)
