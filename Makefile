@@ -127,6 +127,26 @@ $(CURL) $(NC_OPENBSD):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@) || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@); }
 
+# image: nodelet's own image, built with go-containerregistry (no Docker
+# daemon) by bin/images from a static nodelet (CGO_ENABLED=0, -trimpath, so
+# the same tree gives the same digest), as the only image of the OCI layout
+# $(IMAGE_DIR), named $(NODELET_IMAGE). image-push copies it to a registry:
+# make image-push IMAGE_TO=registry.example.com/nodelet/nodelet:v0.1.0 (with
+# the credentials of ~/.docker/config.json).
+NODELET_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+NODELET_IMAGE ?= nodelet.io/nodelet:$(NODELET_VERSION)
+IMAGE_DIR := $(LOCAL)/nodelet-image
+IMAGE_TO ?=
+.PHONY: image image-push
+image: bin/images
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_DIR)/bin/nodelet ./cmd/nodelet
+	bin/images nodelet --dir $(IMAGE_DIR)/oci --nodelet $(IMAGE_DIR)/bin/nodelet --ref $(NODELET_IMAGE) \
+		--revision "$$(git rev-parse HEAD 2>/dev/null)"
+
+image-push: image
+	@[ -n "$(IMAGE_TO)" ] || { echo "set IMAGE_TO=REGISTRY/REPOSITORY:TAG"; exit 1; }
+	bin/images push --dir $(IMAGE_DIR)/oci --to $(IMAGE_TO)
+
 # images-test: hack/images' own tests (build a few images, serve, pull).
 images-test: $(BUSYBOX)
 	cd hack/images && $(GO) test ./...

@@ -28,7 +28,8 @@ import (
 const privatePrefix = "/v2/private/"
 
 type serveConfig struct {
-	dir            string
+	dir            string // empty: no images but those pushed (writable only)
+	writable       bool   // accept pushes, kept in memory
 	listen         string
 	user, password string // basic auth of private/; empty: private/ is refused to all
 	readyFile      string
@@ -47,16 +48,20 @@ func splitAuth(s string) (user, password string, err error) {
 // them all.
 func serve(ctx context.Context, cfg serveConfig, logw io.Writer) error {
 	logger := log.New(logw, "registry: ", log.LstdFlags)
-	reg, n, err := loadRegistry(ctx, cfg.dir, logger)
+	reg, n, err := loadRegistry(ctx, cfg.dir, cfg.writable, logger)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	handler := privateAuth(reg, cfg.user, cfg.password, logger)
+	if !cfg.writable {
+		handler = readOnly(handler, logger)
 	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           readOnly(privateAuth(reg, cfg.user, cfg.password, logger), logger),
+		Handler:           handler,
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          logger,
 	}
@@ -70,7 +75,11 @@ func serve(ctx context.Context, cfg serveConfig, logw io.Writer) error {
 		}
 		defer os.Remove(cfg.readyFile)
 	}
-	logger.Printf("serving %d images of %s on %s", n, cfg.dir, addr)
+	if cfg.writable {
+		logger.Printf("serving %d images of %q on %s, accepting pushes (kept in memory)", n, cfg.dir, addr)
+	} else {
+		logger.Printf("serving %d images of %s on %s", n, cfg.dir, addr)
+	}
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
@@ -102,8 +111,15 @@ func writeReady(file, addr string) error {
 // whose manifests are every image of the layout, each under its
 // repository path without the registry host (registry.k8s.io/pause:3.10.2
 // as pause:3.10.2, docker.io/library/busybox:latest as library/busybox:latest).
-// It returns how many references it holds.
-func loadRegistry(ctx context.Context, dir string, logger *log.Logger) (http.Handler, int, error) {
+// It returns how many references it holds. A writable registry also keeps
+// what is pushed to it, in memory; its dir may be empty.
+func loadRegistry(ctx context.Context, dir string, writable bool, logger *log.Logger) (http.Handler, int, error) {
+	if dir == "" {
+		if !writable {
+			return nil, 0, errors.New("no image layout to serve")
+		}
+		return registry.New(registry.Logger(logger)), 0, nil
+	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read image layout: %w", err)
@@ -112,7 +128,11 @@ func loadRegistry(ctx context.Context, dir string, logger *log.Logger) (http.Han
 	if err != nil {
 		return nil, 0, fmt.Errorf("read image layout: %w", err)
 	}
-	reg := registry.New(registry.WithBlobHandler(layoutBlobs{dir: filepath.Join(dir, "blobs")}), registry.Logger(logger))
+	var blobs registry.BlobHandler = layoutBlobs{dir: filepath.Join(dir, "blobs")}
+	if writable {
+		blobs = pushedBlobs{layout: blobs.(layoutBlobs), pushed: registry.NewInMemoryBlobHandler()}
+	}
+	reg := registry.New(registry.WithBlobHandler(blobs), registry.Logger(logger))
 	// The manifests go in through the registry's own API, in process.
 	direct := remote.WithTransport(handlerTransport{reg})
 	n := 0
@@ -138,7 +158,7 @@ func loadRegistry(ctx context.Context, dir string, logger *log.Logger) (http.Han
 		}
 		n++
 	}
-	if n == 0 {
+	if n == 0 && !writable {
 		return nil, 0, fmt.Errorf("no images in %s (run images build)", dir)
 	}
 	return reg, n, nil
@@ -167,6 +187,33 @@ func (b layoutBlobs) Stat(_ context.Context, _ string, h v1.Hash) (int64, error)
 		return 0, err
 	}
 	return info.Size(), nil
+}
+
+// pushedBlobs are the layout's blobs, read-only, and those pushed since the
+// registry started, in memory.
+type pushedBlobs struct {
+	layout layoutBlobs
+	pushed registry.BlobHandler // also a stat and put handler
+}
+
+func (b pushedBlobs) Get(ctx context.Context, repo string, h v1.Hash) (io.ReadCloser, error) {
+	rc, err := b.layout.Get(ctx, repo, h)
+	if errors.Is(err, registry.ErrNotFound) {
+		return b.pushed.Get(ctx, repo, h)
+	}
+	return rc, err
+}
+
+func (b pushedBlobs) Stat(ctx context.Context, repo string, h v1.Hash) (int64, error) {
+	n, err := b.layout.Stat(ctx, repo, h)
+	if errors.Is(err, registry.ErrNotFound) {
+		return b.pushed.(registry.BlobStatHandler).Stat(ctx, repo, h)
+	}
+	return n, err
+}
+
+func (b pushedBlobs) Put(ctx context.Context, repo string, h v1.Hash, rc io.ReadCloser) error {
+	return b.pushed.(registry.BlobPutHandler).Put(ctx, repo, h, rc)
 }
 
 // handlerTransport sends a request straight to a handler, without a network.
