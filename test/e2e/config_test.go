@@ -55,6 +55,31 @@ func assignConfig(t *testing.T, node, ns, name string) {
 		kubectl(t, "annotate", "node", node, sourceAnnotation+"-")
 		return
 	}
+	// Nodes that run with their own identity read remote configs through
+	// the Role the README has them bound to in the config's namespace
+	// (the Node authorizer knows no pod that uses the ConfigMap).
+	apply(t, ns, `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: nodelet-config
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: nodelet-config
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: nodelet-config
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:nodes
+`)
 	kubectl(t, "annotate", "node", node, "--overwrite", sourceAnnotation+"="+ns+"/"+name)
 }
 
