@@ -28,9 +28,12 @@ func main() {
 		os.Exit(sandbox.Main(os.Args[1:]))
 	}
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "config" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "config":
 		err = runConfig(os.Args[2:], os.Stdout)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "shutdown":
+		err = runShutdown(os.Args[2:], os.Stdout)
+	default:
 		err = run(os.Args[1:])
 	}
 	if err != nil {

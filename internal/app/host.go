@@ -25,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/node"
+	"github.com/nodelet/nodelet/pkg/nodeshutdown"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/cri"
 	"github.com/nodelet/nodelet/pkg/provider/process"
@@ -90,11 +91,19 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 	if err != nil {
 		return nil, nil, err
 	}
+	shutdown := shutdownManager(cfg, recorder, func() hostProvider { return p })
 	host := hostnode.Options{
 		NodeName: cfg.NodeName, Address: cfg.Address, Port: cfg.Port, RootDir: cfg.RootDir,
 		Reserved: reserved, MaxPods: int64(cfg.MaxPods), Version: Version,
 		AllowedUnsafeSysctls: cfg.AllowedUnsafeSysctls,
-		Pressure:             evictor.SetNodeConditions, Admit: evictor.Admit,
+		Pressure:             evictor.SetNodeConditions,
+		Admit: func(pod *corev1.Pod) error {
+			if err := shutdown.Admit(pod); err != nil {
+				return err
+			}
+			return evictor.Admit(pod)
+		},
+		NotReady: shutdown.NotReady,
 	}
 	parts := lifecycle.Parts{
 		Volumes: hostvolume.NewManager(client, hostvolume.Options{RootDir: cfg.RootDir, SyncPeriod: cfg.VolumeSyncPeriod.Duration,
@@ -150,7 +159,29 @@ func hostNode(client kubernetes.Interface, recorder record.EventRecorder, cfg *c
 		cfg.Provider + " provider": p.Run,
 		"csi driver registry":      registrar.Run,
 		"eviction manager":         evictor.Run,
+		"control socket":           (&nodeshutdown.Socket{Path: filepath.Join(cfg.RootDir, nodeshutdown.SocketName), Manager: shutdown}).Run,
 	}, nil
+}
+
+// shutdownManager builds the host node's graceful shutdown from the
+// kubelet's settings: it stops the provider's pods as evictions with the
+// shutdown's status; provider returns the node's provider once it is built.
+func shutdownManager(cfg *config.Config, recorder record.EventRecorder, provider func() hostProvider) *nodeshutdown.Manager {
+	byPriority := make([]nodeshutdown.Group, 0, len(cfg.ShutdownGracePeriodByPodPriority))
+	for _, g := range cfg.ShutdownGracePeriodByPodPriority {
+		byPriority = append(byPriority, nodeshutdown.Group{Priority: g.Priority, Grace: time.Duration(g.ShutdownGracePeriodSeconds) * time.Second})
+	}
+	return nodeshutdown.New(nodeshutdown.Deps{
+		ActivePods: func() []*corev1.Pod { return activePods(provider()) },
+		Stop: func(pod *corev1.Pod, grace time.Duration, st corev1.PodStatus) error {
+			return provider().Evict(pod, lifecycle.Eviction{Grace: grace, Reason: st.Reason, Message: st.Message, Conditions: st.Conditions})
+		},
+		NodeConditionsChanged: func() { provider().NodeStatusChanged() },
+		Recorder:              recorder,
+	}, nodeshutdown.Options{
+		NodeName: cfg.NodeName,
+		Groups:   nodeshutdown.Groups(cfg.ShutdownGracePeriod.Duration, cfg.ShutdownGracePeriodCriticalPods.Duration, byPriority),
+	})
 }
 
 // hostShared is what a host node shares with the rest of the agent: the

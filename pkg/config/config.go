@@ -199,6 +199,17 @@ type Config struct {
 	// evicted for a soft threshold; 0 (default) gives each pod its own.
 	EvictionMaxPodGracePeriod int32 `json:"evictionMaxPodGracePeriod,omitempty"`
 
+	// ShutdownGracePeriod is how long a graceful node shutdown (nodelet
+	// shutdown) gives the pods to stop; 0 (default) turns it off.
+	// ShutdownGracePeriodCriticalPods is the part of it kept for critical
+	// pods (priority system-cluster-critical and above), stopped last.
+	ShutdownGracePeriod             metav1.Duration `json:"shutdownGracePeriod,omitempty"`
+	ShutdownGracePeriodCriticalPods metav1.Duration `json:"shutdownGracePeriodCriticalPods,omitempty"`
+	// ShutdownGracePeriodByPodPriority, instead of the two above, gives
+	// each range of pod priorities (from its priority up to the next
+	// one's) its own time, the lowest priorities stopped first.
+	ShutdownGracePeriodByPodPriority []ShutdownGracePeriodByPodPriority `json:"shutdownGracePeriodByPodPriority,omitempty"`
+
 	// ConfigTrialDuration is how long a newly assigned remote config is on
 	// trial: if it fails to load or the agent fails to become healthy
 	// within it, nodelet rolls back to the last-known-good config; once it
@@ -724,8 +735,47 @@ func (c *Config) Validate() field.ErrorList {
 	if c.EvictionMaxPodGracePeriod < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("evictionMaxPodGracePeriod"), c.EvictionMaxPodGracePeriod, "must not be negative"))
 	}
+	errs = append(errs, c.validateShutdown()...)
 	errs = append(errs, c.AttachDetach.validate(field.NewPath("attachDetach"))...)
 	errs = append(errs, c.Sim.validate(field.NewPath("sim"))...)
+	return errs
+}
+
+// ShutdownGracePeriodByPodPriority is the shutdown time of the pods of a
+// priority and above (up to the next range), as the kubelet's.
+type ShutdownGracePeriodByPodPriority struct {
+	Priority                   int32 `json:"priority"`
+	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
+}
+
+func (c *Config) validateShutdown() field.ErrorList {
+	var errs field.ErrorList
+	grace, critical := c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration
+	if grace < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriod"), grace.String(), "must not be negative"))
+	}
+	if critical < 0 || critical > max(grace, 0) {
+		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriodCriticalPods"), critical.String(),
+			"must be between 0 and shutdownGracePeriod"))
+	}
+	byPriority := field.NewPath("shutdownGracePeriodByPodPriority")
+	if len(c.ShutdownGracePeriodByPodPriority) > 0 && (grace != 0 || critical != 0) {
+		errs = append(errs, field.Forbidden(byPriority, "cannot be set with shutdownGracePeriod or shutdownGracePeriodCriticalPods"))
+	}
+	seen := map[int32]bool{}
+	for i, g := range c.ShutdownGracePeriodByPodPriority {
+		if seen[g.Priority] {
+			errs = append(errs, field.Duplicate(byPriority.Index(i).Child("priority"), g.Priority))
+		}
+		seen[g.Priority] = true
+		if g.ShutdownGracePeriodSeconds < 0 {
+			errs = append(errs, field.Invalid(byPriority.Index(i).Child("shutdownGracePeriodSeconds"), g.ShutdownGracePeriodSeconds, "must not be negative"))
+		}
+	}
+	if (grace > 0 || len(c.ShutdownGracePeriodByPodPriority) > 0) && !c.RunsHostPods() {
+		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriod"), grace.String(),
+			"graceful node shutdown needs a provider of this host's pods (process or cri)"))
+	}
 	return errs
 }
 

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 )
 
@@ -407,15 +408,63 @@ func TestValidateEviction(t *testing.T) {
 			tt.set(c)
 			SetDefaults(c)
 			errs := c.Validate()
-			if len(errs) != len(tt.wantErr) {
-				t.Errorf("%d errors, want %d: %v", len(errs), len(tt.wantErr), errs)
-			}
-			msg := errs.ToAggregate()
-			for _, w := range tt.wantErr {
-				if msg == nil || !strings.Contains(msg.Error(), w) {
-					t.Errorf("errors %v do not say %q", msg, w)
-				}
-			}
+			wantErrors(t, errs, tt.wantErr)
 		})
+	}
+}
+
+func TestValidateShutdown(t *testing.T) {
+	tests := []struct {
+		name    string
+		set     func(*Config)
+		wantErr []string // each in the errors
+	}{
+		{name: "ordinary and critical", set: func(c *Config) {
+			c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration = 30*time.Second, 10*time.Second
+		}},
+		{name: "by priority", set: func(c *Config) {
+			c.ShutdownGracePeriodByPodPriority = []ShutdownGracePeriodByPodPriority{{Priority: 0, ShutdownGracePeriodSeconds: 10}, {Priority: 1000, ShutdownGracePeriodSeconds: 5}}
+		}},
+		{name: "critical beyond the whole", set: func(c *Config) {
+			c.ShutdownGracePeriod.Duration, c.ShutdownGracePeriodCriticalPods.Duration = 10*time.Second, 20*time.Second
+		}, wantErr: []string{`shutdownGracePeriodCriticalPods: Invalid value: "20s": must be between 0 and shutdownGracePeriod`}},
+		{name: "negative", set: func(c *Config) {
+			c.ShutdownGracePeriod.Duration = -time.Second
+		}, wantErr: []string{`shutdownGracePeriod: Invalid value: "-1s"`}},
+		{name: "both ways, a repeated priority, a negative time", set: func(c *Config) {
+			c.ShutdownGracePeriod.Duration = 30 * time.Second
+			c.ShutdownGracePeriodByPodPriority = []ShutdownGracePeriodByPodPriority{{Priority: 5, ShutdownGracePeriodSeconds: 10}, {Priority: 5, ShutdownGracePeriodSeconds: -1}}
+		}, wantErr: []string{
+			`shutdownGracePeriodByPodPriority: Forbidden: cannot be set with shutdownGracePeriod`,
+			`shutdownGracePeriodByPodPriority[1].priority: Duplicate value: 5`,
+			`shutdownGracePeriodByPodPriority[1].shutdownGracePeriodSeconds: Invalid value: -1`,
+		}},
+		{name: "sim runs no host pods", set: func(c *Config) {
+			c.Provider = ProviderSim
+			c.ShutdownGracePeriod.Duration = 30 * time.Second
+		}, wantErr: []string{`shutdownGracePeriod: Invalid value: "30s": graceful node shutdown needs a provider of this host's pods`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{NodeName: "n", Provider: ProviderProcess}
+			tt.set(c)
+			SetDefaults(c)
+			errs := c.validateShutdown()
+			wantErrors(t, errs, tt.wantErr)
+		})
+	}
+}
+
+// wantErrors checks that errs are as many as want and say each of them.
+func wantErrors(t *testing.T, errs field.ErrorList, want []string) {
+	t.Helper()
+	if len(errs) != len(want) {
+		t.Errorf("%d errors, want %d: %v", len(errs), len(want), errs)
+	}
+	msg := errs.ToAggregate()
+	for _, w := range want {
+		if msg == nil || !strings.Contains(msg.Error(), w) {
+			t.Errorf("errors %v do not say %q", msg, w)
+		}
 	}
 }

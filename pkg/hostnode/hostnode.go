@@ -49,6 +49,10 @@ type Options struct {
 	// sets, and Admit refuses pods the node cannot take under pressure.
 	Pressure func(node *corev1.Node)
 	Admit    func(pod *corev1.Pod) error
+	// NotReady, when set, says why the node is not ready ("" while it is):
+	// SetReady then makes the Ready condition False, as the kubelet's
+	// (reason KubeletNotReady) while the node shuts down.
+	NotReady func() string
 }
 
 // Host is the node, read from the host once.
@@ -155,6 +159,18 @@ func (h *Host) Allocatable() corev1.ResourceList {
 		}
 	}
 	return out
+}
+
+// SetReady sets the node's Ready condition: True, or False with the reason
+// Options.NotReady gives.
+func (h *Host) SetReady(s *corev1.NodeStatus) {
+	if h.opts.NotReady != nil {
+		if why := h.opts.NotReady(); why != "" {
+			SetCondition(s, corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady", why)
+			return
+		}
+	}
+	SetCondition(s, corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "nodelet is posting ready status")
 }
 
 // Describe fills in what the node reports of the host: the well-known

@@ -39,3 +39,19 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+func TestSetReady(t *testing.T) {
+	why := ""
+	h := New(Options{NodeName: "node-a", NotReady: func() string { return why }})
+	var s corev1.NodeStatus
+	h.SetReady(&s)
+	if len(s.Conditions) != 1 || s.Conditions[0].Status != corev1.ConditionTrue || s.Conditions[0].Reason != "KubeletReady" {
+		t.Errorf("Ready = %+v, want True KubeletReady", s.Conditions)
+	}
+	why = "node is shutting down"
+	h.SetReady(&s)
+	if len(s.Conditions) != 1 || s.Conditions[0].Status != corev1.ConditionFalse || s.Conditions[0].Reason != "KubeletNotReady" ||
+		s.Conditions[0].Message != why {
+		t.Errorf("Ready = %+v, want False KubeletNotReady: %s", s.Conditions, why)
+	}
+}

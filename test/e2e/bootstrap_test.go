@@ -137,12 +137,9 @@ func TestTLSBootstrap(t *testing.T) {
 	}
 
 	// A restart keeps the certificate.
-	registered := func() (bool, string) {
-		return strings.Contains(a.logText(), `"Nodes registered"`), "the restarted agent has not registered its node yet"
-	}
 	a.stop()
 	a.start()
-	eventually(t, time.Minute, "the agent restarted", registered)
+	waitReadyAgain(t, node, a.agent)
 	if n := len(nodeCSRs(t, client, node)); n != 1 {
 		t.Errorf("%d CSRs after a restart, want the first one only", n)
 	}
@@ -153,7 +150,7 @@ func TestTLSBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.start()
-	eventually(t, time.Minute, "the agent restarted", registered)
+	waitReadyAgain(t, node, a.agent)
 	csrs = nodeCSRs(t, client, node)
 	if len(csrs) != 2 || !approved(csrs[1]) || !strings.HasPrefix(csrs[1].Spec.Username, "system:bootstrap:") {
 		t.Errorf("after the certificate was lost: %d CSRs, want a second one from the bootstrap token, approved", len(csrs))

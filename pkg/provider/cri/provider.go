@@ -249,7 +249,7 @@ func (p *Provider) runtimeVersion() string {
 func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	p.host.Describe(node)
 	s := &node.Status
-	hostnode.SetCondition(s, corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "nodelet is posting ready status")
+	p.host.SetReady(s)
 	s.NodeInfo.ContainerRuntimeVersion = p.runtimeVersion()
 	p.mu.Lock()
 	s.Images = append([]corev1.ContainerImage(nil), p.images...)

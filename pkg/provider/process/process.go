@@ -83,7 +83,7 @@ func (p *Provider) Ping(context.Context) error {
 func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	p.host.Describe(node)
 	s := &node.Status
-	hostnode.SetCondition(s, corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "nodelet is posting ready status")
+	p.host.SetReady(s)
 	s.NodeInfo.ContainerRuntimeVersion = "nodelet-process://" + p.opts.Version
 	s.VolumesInUse = nil
 	if inUse := p.VolumesInUse(); len(inUse) > 0 {
