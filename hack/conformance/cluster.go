@@ -136,7 +136,11 @@ func (c *cluster) startRuntime(ctx context.Context, images string) error {
 
 func (c *cluster) startNode(ctx context.Context, extra []string) error {
 	ca := filepath.Join(filepath.Dir(c.kubeconfig), "pki", "ca.crt")
-	args := append([]string{"--kubeconfig", c.kubeconfig, "--node-name", nodeName, "--provider", c.provider,
+	// The node joins as a kubelet does: with the control plane's bootstrap
+	// token, then as system:node:<name> under NodeRestriction.
+	bootstrap := filepath.Join(filepath.Dir(c.kubeconfig), "bootstrap.kubeconfig")
+	args := append([]string{"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(c.rootDir, "kubeconfig"),
+		"--node-name", nodeName, "--provider", c.provider,
 		"--root-dir", c.rootDir, "--client-ca-file", ca, "--address", c.hostIP,
 		"--cluster-dns", dnsServiceIP, "--cluster-domain", dnsDomain}, extra...)
 	if _, err := c.daemon("nodelet", filepath.Join(c.bin, "nodelet"), args...); err != nil {
