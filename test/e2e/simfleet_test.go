@@ -487,8 +487,8 @@ type leaseWatch struct {
 	notReady map[string]time.Time // since when, while it lasts
 	longest  time.Duration        // the longest a node was seen not Ready
 	longName string
-	cancel  context.CancelFunc
-	done    chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func watchLeases(t *testing.T, fleet string, n int) *leaseWatch {
