@@ -101,6 +101,11 @@ type Controller struct {
 	// apiSynced is set once the pod and node caches have synced: mirror
 	// pods are kept from then on. The static pods run before that.
 	apiSynced atomic.Bool
+	// filesRead and urlRead are set once each configured source has been
+	// read: until then a pod the node runs that no source has named yet
+	// may still be wanted (an agent restarted before its first read), so
+	// nothing is stopped.
+	filesRead, urlRead atomic.Bool
 
 	mu sync.Mutex
 	// files and urls are the manifests last read from each source.
@@ -248,6 +253,7 @@ func (c *Controller) readFiles(ctx context.Context) {
 	c.files = keepLastGood(c.files, files)
 	c.mu.Unlock()
 	c.update(ctx)
+	c.filesRead.Store(true)
 }
 
 func (c *Controller) readURL(ctx context.Context) {
@@ -263,6 +269,12 @@ func (c *Controller) readURL(ctx context.Context) {
 	c.urls = keepLastGood(c.urls, urls)
 	c.mu.Unlock()
 	c.update(ctx)
+	c.urlRead.Store(true)
+}
+
+// sourcesRead tells whether every configured source has been read once.
+func (c *Controller) sourcesRead() bool {
+	return (c.opts.ManifestDir == "" || c.filesRead.Load()) && (c.opts.URL == "" || c.urlRead.Load())
 }
 
 // update recomputes the static pods to run from what the sources last

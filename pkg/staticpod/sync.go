@@ -30,6 +30,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	c.mu.Lock()
 	want := c.desired[key]
 	c.mu.Unlock()
+	if want == nil && !c.sourcesRead() {
+		// Not named by a source yet: its manifest may be unread still.
+		// Each read enqueues every pod again.
+		return nil
+	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(namespace, name)))
 	staticErr := c.syncStatic(ctx, key, namespace, name, want)
 	if !c.apiSynced.Load() {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -385,4 +386,33 @@ func TestStaticPodsRunWithoutTheAPI(t *testing.T) {
 		_, err := h.mirror()
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// A static pod the node already runs (an agent restarted) is not stopped
+// before the sources have been read once: it may still be wanted. The
+// regression: the mirror pod's informer event came before the first read
+// of the directory, and the running pod was stopped and started again.
+func TestNothingStoppedBeforeTheSourcesAreRead(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := newClient(node())
+	runner := &fakeRunner{pods: map[string]*corev1.Pod{"default/web-n": pod("h1")}}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := New(client, runner, factory.Core().V1().Pods(), factory.Core().V1().Nodes(), record.NewFakeRecorder(10),
+		Options{NodeName: "n", ManifestDir: t.TempDir(), FileCheckFrequency: time.Second, Clock: testingclock.NewFakeClock(time.Now())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(ctx, "default/web-n"); err != nil {
+		t.Fatalf("sync before the first read: %v", err)
+	}
+	if p, _ := runner.get("default/web-n"); p == nil {
+		t.Fatal("the running static pod was stopped before its manifest directory was read")
+	}
+	c.readFiles(ctx) // an empty directory: the pod is not wanted
+	if err := c.sync(ctx, "default/web-n"); err != nil {
+		t.Fatalf("sync after the read: %v", err)
+	}
+	if p, _ := runner.get("default/web-n"); p != nil {
+		t.Error("the static pod no source names still runs after the directory was read")
+	}
 }

@@ -56,12 +56,13 @@ func assignConfig(t *testing.T, node, ns, name string) {
 		return
 	}
 	// Nodes that run with their own identity read remote configs through
-	// the Role the README has them bound to in the config's namespace
-	// (the Node authorizer knows no pod that uses the ConfigMap).
+	// a Role bound to them in the config's namespace, as the README says
+	// (the Node authorizer knows no pod that uses the ConfigMap); its own
+	// name, so that deploy/rbac.yaml's nodelet-config is left as it is.
 	apply(t, ns, `apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
-  name: nodelet-config
+  name: e2e-node-config-reader
 rules:
 - apiGroups: [""]
   resources: [configmaps]
@@ -70,11 +71,11 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: nodelet-config
+  name: e2e-node-config-reader
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: Role
-  name: nodelet-config
+  name: e2e-node-config-reader
 subjects:
 - apiGroup: rbac.authorization.k8s.io
   kind: Group
