@@ -165,7 +165,7 @@ func TestClientCertificateRotation(t *testing.T) {
 	if os.Getenv("NODELET_E2E_KUBECONFIG") != "" {
 		t.Skip("needs a control plane of its own")
 	}
-	cp, err := startControlPlane("--controller-manager-arg=--cluster-signing-duration=3m")
+	cp, err := startControlPlane(false, "--controller-manager-arg=--cluster-signing-duration=3m")
 	if err != nil {
 		t.Fatal(err)
 	}

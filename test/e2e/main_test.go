@@ -57,7 +57,7 @@ func run(m *testing.M) int {
 		}
 		return runTests(m)
 	}
-	cp, err := startControlPlane()
+	cp, err := startControlPlane(true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -112,9 +112,9 @@ type controlPlane struct {
 	err  error         // its exit status, once done is closed
 }
 
-// startControlPlane runs bin/controlplane up in a temporary directory and
-// waits until it is ready.
-func startControlPlane(extra ...string) (*controlPlane, error) {
+// startControlPlane runs bin/controlplane up in a temporary directory (with
+// metrics-server when asked, and extra flags) and waits until it is ready.
+func startControlPlane(metricsServer bool, extra ...string) (*controlPlane, error) {
 	dir, err := os.MkdirTemp("", "nodelet-e2e-")
 	if err != nil {
 		return nil, err
@@ -124,8 +124,11 @@ func startControlPlane(extra ...string) (*controlPlane, error) {
 		return nil, err
 	}
 	cp := &controlPlane{dir: dir, log: log, done: make(chan struct{})}
-	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), append([]string{"up", "--dir", dir,
-		"--metrics-server", filepath.Join(root, "bin/metrics-server")}, extra...)...)
+	args := []string{"up", "--dir", dir}
+	if metricsServer {
+		args = append(args, "--metrics-server", filepath.Join(root, "bin/metrics-server"))
+	}
+	cp.cmd = exec.Command(filepath.Join(root, "bin/controlplane"), append(args, extra...)...)
 	cp.cmd.Stdout, cp.cmd.Stderr = log, log
 	cp.cmd.SysProcAttr = stopWithParent()
 	if err := cp.cmd.Start(); err != nil {
