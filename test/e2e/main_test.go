@@ -319,6 +319,18 @@ func (a *agent) start() {
 	go func() { a.err = a.cmd.Wait(); f.Close(); close(done) }()
 }
 
+// waitRegistered waits until the (re)started agent has registered all its
+// nodes, failing the test if it exits first.
+func (a *agent) waitRegistered(timeout time.Duration) {
+	a.t.Helper()
+	eventually(a.t, timeout, "the agent registers its nodes", func() (bool, string) {
+		if exited, err := a.exited(); exited {
+			return false, fmt.Sprintf("the agent exited: %v", err)
+		}
+		return strings.Contains(a.logText(), `"Nodes registered"`), "not yet logged"
+	})
+}
+
 // exited says whether the agent has exited on its own, and how.
 func (a *agent) exited() (bool, error) {
 	if a.done == nil {

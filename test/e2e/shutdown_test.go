@@ -124,8 +124,6 @@ spec:
 // and the node is Ready.
 func waitReadyAgain(t *testing.T, node string, a *agent) {
 	t.Helper()
-	eventually(t, time.Minute, "the agent restarted", func() (bool, string) {
-		return strings.Contains(a.logText(), `"Nodes registered"`), "not yet logged"
-	})
+	a.waitRegistered(time.Minute)
 	waitReady(t, node, time.Minute)
 }

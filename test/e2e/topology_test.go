@@ -112,12 +112,7 @@ sim:
 	// they have, ours or not, are left as they are.
 	a.stop()
 	a.start()
-	eventually(t, 60*time.Second, "the restarted agent registers every node", func() (bool, string) {
-		if exited, err := a.exited(); exited {
-			return false, fmt.Sprintf("the agent exited: %v", err)
-		}
-		return strings.Contains(a.logText(), `"Nodes registered"`), "not yet logged"
-	})
+	a.waitRegistered(60 * time.Second)
 	if !strings.Contains(a.logText(), `"Existing node keeps its pod ranges, which cannot change"`) {
 		t.Errorf("the restarted agent did not say that %s keeps its pod range", preset)
 	}
