@@ -6,6 +6,8 @@
 // hack/metrics-server module) as the metrics.k8s.io APIService.
 // It also holds the upstream kubelet, which "up" never starts: the benchmarks
 // run it as the reference node agent for nodelet's cri provider.
+// "ctl" stops, kills and starts the servers of a running "up" one at a time
+// (etcd or the apiserver going away under a cluster, for fault injection).
 //
 // It is a separate Go module so that nodelet itself never depends on
 // k8s.io/kubernetes.
@@ -35,6 +37,7 @@ var commands = map[string]func() *cobra.Command{
 	"kubelet":            func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 	"etcd":               newEtcdCommand,
 	"up":                 newUpCommand,
+	"ctl":                newCtlCommand,
 }
 
 func main() {
@@ -69,5 +72,5 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: controlplane up|etcd|apiserver|scheduler|controller-manager|kubectl|kubelet [flags]")
+	fmt.Fprintln(os.Stderr, "usage: controlplane up|ctl|etcd|apiserver|scheduler|controller-manager|kubectl|kubelet [flags]")
 }

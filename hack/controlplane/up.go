@@ -226,6 +226,10 @@ func (o *upOptions) run(ctx context.Context) error {
 	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
 	fmt.Printf("  nodes join with --bootstrap-kubeconfig %s\n", bootstrapKubeconfigPath(dir))
 	fmt.Printf("  logs in %s\n", g.logDir)
+	if err := serveControl(ctx, dir, g, o.readyTimeout); err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	fmt.Printf("  stop and start its servers with: controlplane ctl --dir %s stop|start NAME\n", dir)
 	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte(server+"\n"), 0o644); err != nil {
 		return err
 	}
@@ -328,92 +332,4 @@ func dialable(port int) bool {
 	}
 	c.Close()
 	return true
-}
-
-type childExit struct {
-	name string
-	err  error
-}
-
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// group runs the control plane's servers as children of this process and
-// stops them in reverse order.
-type group struct {
-	self     string
-	logDir   string
-	children []child
-	exited   chan childExit
-}
-
-// start runs one of this binary's commands.
-func (g *group) start(name string, args ...string) error {
-	return g.startProgram(name, g.self, append([]string{name}, args...)...)
-}
-
-// startProgram runs path with args, its output in the log named for name.
-func (g *group) startProgram(name, path string, args ...string) error {
-	log, err := os.OpenFile(filepath.Join(g.logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	// Children die with us even if we are killed without a chance to stop them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	c := child{name: name, cmd: cmd, done: make(chan struct{})}
-	g.children = append(g.children, c)
-	go func() {
-		err := cmd.Wait()
-		log.Close()
-		close(c.done)
-		select {
-		case g.exited <- childExit{name: name, err: err}:
-		default:
-		}
-	}()
-	return nil
-}
-
-// waitFor polls ready until it holds, a child exits, ctx ends or timeout passes.
-func (g *group) waitFor(ctx context.Context, name string, timeout time.Duration, ready func() bool) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for !ready() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e := <-g.exited:
-			return fmt.Errorf("%s exited while waiting for %s: %v (see %s)", e.name, name, e.err, filepath.Join(g.logDir, e.name+".log"))
-		case <-deadline.C:
-			return fmt.Errorf("%s not ready after %s (see %s)", name, timeout, filepath.Join(g.logDir, name+".log"))
-		case <-tick.C:
-		}
-	}
-	return nil
-}
-
-// stopAll sends SIGTERM to each child, newest first, and kills any that has
-// not exited 15 seconds later.
-func (g *group) stopAll() {
-	for i := len(g.children) - 1; i >= 0; i-- {
-		c := g.children[i]
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(15 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
 }
