@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -99,6 +100,10 @@ func (a *auth) filter(next http.Handler) http.Handler {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
+		if err := checkPath(r.URL); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 
 		attrs := a.attributes(resp.User, r)
 		subresources := make([]string, 0, len(attrs))
@@ -121,6 +126,32 @@ func (a *auth) filter(next http.Handler) http.Handler {
 		http.Error(w, fmt.Sprintf("Forbidden (user=%s, verb=%s, resource=%s, subresource(s)=%v)",
 			first.User.GetName(), first.Verb, first.Resource, subresources), http.StatusForbidden)
 	})
+}
+
+// checkPath refuses the paths that authorization and routing could read
+// differently: authorization reads the decoded path, the ServeMux matches
+// the escaped one segment by segment, so "/stats/..%2Fexec/…" would be
+// authorized as nodes/stats and "/containerLogs/ns/pod/%2e%2e" would hand
+// ".." to the backend as a container name. No name in a kubelet API path
+// (namespace, pod, container, UID) can hold a slash or be a dot segment,
+// so nothing the API server sends is refused.
+func checkPath(u *url.URL) error {
+	escaped := u.EscapedPath()
+	segments := strings.Split(strings.TrimPrefix(escaped, "/"), "/")
+	for i, seg := range segments {
+		name, err := url.PathUnescape(seg)
+		switch {
+		case err != nil:
+			return fmt.Errorf("invalid path %q: %w", escaped, err)
+		case name == "." || name == "..":
+			return fmt.Errorf("invalid path %q: dot segments are not allowed", escaped)
+		case strings.Contains(name, "/"):
+			return fmt.Errorf("invalid path %q: encoded slashes are not allowed", escaped)
+		case name == "" && i < len(segments)-1:
+			return fmt.Errorf("invalid path %q: empty segments are not allowed", escaped)
+		}
+	}
+	return nil
 }
 
 // attributes maps a request to the access it needs, as the kubelet does:

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,62 +12,116 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
+// Route is one endpoint of the kubelet API: where the server's ServeMux
+// serves it and the nodes subresources that authorize it.
+type Route struct {
+	// Method is the request's HTTP method, or "" for any.
+	Method string
+	// Path is the ServeMux pattern's path: literal segments and
+	// {wildcards}; a trailing slash matches every path below it.
+	Path string
+	// Subresources are the nodes/<subresource> that grant the route, each
+	// enough on its own, the fine-grained one first (see auth.attributes).
+	Subresources []string
+}
+
+// Routes lists every endpoint the server registers when all of its optional
+// ones (metrics, probe metrics, stats, profiling) are enabled: what a test
+// of the authorization matrix walks, so that no endpoint is forgotten.
+func Routes() []Route {
+	s := &Server{opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), Stats: noSummary{}, Profiling: true}}
+	return s.routeTable().routes
+}
+
+// noSummary stands for a summary source in Routes.
+type noSummary struct{}
+
+func (noSummary) Summary(context.Context, string) (*statsv1alpha1.Summary, error) {
+	return nil, errNoSummary
+}
+
+// routeTable is the server's ServeMux and the Routes registered on it.
+type routeTable struct {
+	mux    *http.ServeMux
+	routes []Route
+}
+
+// handle registers h for method (every method when empty) and path,
+// authorized by subresources.
+func (t *routeTable) handle(method, path string, h http.Handler, subresources ...string) {
+	pattern := path
+	if method != "" {
+		pattern = method + " " + path
+	}
+	t.mux.Handle(pattern, h)
+	t.routes = append(t.routes, Route{Method: method, Path: path, Subresources: subresources})
+}
+
+func (t *routeTable) handleFunc(method, path string, h http.HandlerFunc, subresources ...string) {
+	t.handle(method, path, h, subresources...)
+}
+
 // routes serves the kubelet API paths; anything else is 404.
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) routes() http.Handler { return s.routeTable().mux }
+
+// routeTable registers every endpoint with the subresources that authorize
+// it, as auth.attributes derives them from the path (TestRoutes checks
+// that the two agree).
+func (s *Server) routeTable() *routeTable {
+	t := &routeTable{mux: http.NewServeMux()}
+	t.handleFunc(http.MethodGet, "/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok")
-	})
-	mux.HandleFunc("GET /pods", s.getPods)
-	mux.HandleFunc("GET /pods/", s.getPods)
-	mux.HandleFunc("GET /runningpods/", s.getPods)
+	}, "healthz", "proxy")
+	t.handleFunc(http.MethodGet, "/pods", s.getPods, "pods", "proxy")
+	t.handleFunc(http.MethodGet, "/pods/", s.getPods, "pods", "proxy")
+	t.handleFunc(http.MethodGet, "/runningpods/", s.getPods, "pods", "proxy")
 
-	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.getContainerLogs)
+	t.handleFunc(http.MethodGet, "/containerLogs/{namespace}/{pod}/{container}", s.getContainerLogs, "proxy")
 
 	for _, p := range []string{"/exec/{namespace}/{pod}/{container}", "/exec/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("GET "+p, s.exec)
-		mux.HandleFunc("POST "+p, s.exec)
+		t.handleFunc(http.MethodGet, p, s.exec, "proxy")
+		t.handleFunc(http.MethodPost, p, s.exec, "proxy")
 	}
 	for _, p := range []string{"/attach/{namespace}/{pod}/{container}", "/attach/{namespace}/{pod}/{uid}/{container}"} {
-		mux.HandleFunc("GET "+p, s.attach)
-		mux.HandleFunc("POST "+p, s.attach)
+		t.handleFunc(http.MethodGet, p, s.attach, "proxy")
+		t.handleFunc(http.MethodPost, p, s.attach, "proxy")
 	}
 	for _, p := range []string{"/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"} {
-		mux.HandleFunc("GET "+p, s.portForward)
-		mux.HandleFunc("POST "+p, s.portForward)
+		t.handleFunc(http.MethodGet, p, s.portForward, "proxy")
+		t.handleFunc(http.MethodPost, p, s.portForward, "proxy")
 	}
-	mux.HandleFunc("POST /run/{namespace}/{pod}/{container}", s.run)
-	mux.HandleFunc("POST /run/{namespace}/{pod}/{uid}/{container}", s.run)
-	if s.opts.Metrics == nil {
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "/metrics is not implemented by nodelet", http.StatusNotImplemented)
-		})
-	}
+	t.handleFunc(http.MethodPost, "/run/{namespace}/{pod}/{container}", s.run, "proxy")
+	t.handleFunc(http.MethodPost, "/run/{namespace}/{pod}/{uid}/{container}", s.run, "proxy")
 
 	if s.opts.Metrics != nil {
-		mux.Handle("GET /metrics", s.opts.Metrics)
+		t.handle(http.MethodGet, "/metrics", s.opts.Metrics, "metrics")
+	} else {
+		t.handleFunc("", "/metrics", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "/metrics is not implemented by nodelet", http.StatusNotImplemented)
+		}, "metrics")
 	}
-	s.statsRoutes(mux)
+	s.statsRoutes(t)
 	if s.opts.Profiling {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		t.handleFunc(http.MethodGet, "/debug/pprof/", pprof.Index, "proxy")
+		t.handleFunc(http.MethodGet, "/debug/pprof/cmdline", pprof.Cmdline, "proxy")
+		t.handleFunc(http.MethodGet, "/debug/pprof/profile", pprof.Profile, "proxy")
+		t.handleFunc(http.MethodGet, "/debug/pprof/symbol", pprof.Symbol, "proxy")
+		t.handleFunc(http.MethodGet, "/debug/pprof/trace", pprof.Trace, "proxy")
 	}
-	// Anything else under these (/metrics/probes, /metrics/cadvisor, /stats/…)
-	// is not served yet.
-	for _, p := range []string{"/metrics/", "/stats/", "/logs/"} {
-		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+	// Anything else under these (/metrics/cadvisor, /stats/…, /logs/…) is
+	// not served yet.
+	for _, p := range []struct{ path, subresource string }{{"/metrics/", "metrics"}, {"/stats/", "stats"}, {"/logs/", "log"}} {
+		t.handleFunc("", p.path, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("%s is not implemented by nodelet", r.URL.Path), http.StatusNotImplemented)
-		})
+		}, p.subresource)
 	}
-	return mux
+	return t
 }
 
 // getPods answers the pods bound to the agent's nodes as a v1 PodList.

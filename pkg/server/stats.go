@@ -17,20 +17,20 @@ import (
 // statsRoutes adds /stats/summary and /metrics/resource when the server
 // has a summary source, and /metrics/probes when it has probe metrics;
 // without, they fall to the 501 of /stats/ and /metrics/.
-func (s *Server) statsRoutes(mux *http.ServeMux) {
+func (s *Server) statsRoutes(t *routeTable) {
 	if s.opts.ProbeMetrics != nil {
-		mux.Handle("GET /metrics/probes", s.opts.ProbeMetrics)
+		t.handle(http.MethodGet, "/metrics/probes", s.opts.ProbeMetrics, "metrics")
 	}
 	sp := s.opts.Stats
 	if sp == nil {
 		return
 	}
 	// The kubelet takes the query in a POST's form as well.
-	mux.HandleFunc("GET /stats/summary", s.getSummary(sp))
-	mux.HandleFunc("POST /stats/summary", s.getSummary(sp))
-	mux.Handle("GET /metrics/resource", stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
+	t.handleFunc(http.MethodGet, "/stats/summary", s.getSummary(sp), "stats")
+	t.handleFunc(http.MethodPost, "/stats/summary", s.getSummary(sp), "stats")
+	t.handle(http.MethodGet, "/metrics/resource", stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
 		return summaryOf(r, sp, s.requestNode(r))
-	}))
+	}), "metrics")
 }
 
 // getSummary answers the summary of the request's node as JSON; with
