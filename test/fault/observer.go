@@ -1,0 +1,275 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Counters are what a user would call failures, counted from the API.
+type Counters struct {
+	PodsLost            int // pods gone from the API that the test did not delete
+	ContainersRestarted int // restartCount increases and container ID changes
+	StatusRegressions   int // pod phases going backwards (Running → Pending)
+	LeaseLapses         int // a lease not renewed within its duration
+	NodesNotReady       int // a node's Ready condition leaving True
+}
+
+func (c Counters) String() string {
+	return fmt.Sprintf("pods lost %d, containers restarted %d, status regressions %d, lease lapses %d, nodes NotReady %d",
+		c.PodsLost, c.ContainersRestarted, c.StatusRegressions, c.LeaseLapses, c.NodesNotReady)
+}
+
+// Observer watches the pods of one namespace and the nodes and leases whose
+// names have a prefix, through its own client, and keeps Counters.
+type Observer struct {
+	ns, nodePrefix string
+	cancel         context.CancelFunc
+
+	mu         sync.Mutex
+	c          Counters
+	details    []string
+	deleting   map[string]bool // namespace/name the test deletes
+	pods       map[types.UID]*corev1.Pod
+	renewed    map[string]time.Time // lease → last renewTime seen
+	lapsed     map[string]bool      // lease → counted as lapsed since its last renewal
+	duration   map[string]time.Duration
+	ready      map[string]bool
+	readySince map[string]time.Time // node → when its Ready was last seen turning True
+	onDelete   func(*corev1.Pod)
+}
+
+// Observe starts watching. OnDelete, when set, is called for every pod as
+// it leaves the API (from the watch's goroutine).
+func Observe(client kubernetes.Interface, ns, nodePrefix string, onDelete func(*corev1.Pod)) (*Observer, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	o := &Observer{ns: ns, nodePrefix: nodePrefix, cancel: cancel, onDelete: onDelete,
+		deleting: map[string]bool{}, pods: map[types.UID]*corev1.Pod{}, renewed: map[string]time.Time{},
+		lapsed: map[string]bool{}, duration: map[string]time.Duration{}, ready: map[string]bool{},
+		readySince: map[string]time.Time{}}
+
+	pods := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	nodes := informers.NewSharedInformerFactory(client, 0)
+	leases := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(corev1.NamespaceNodeLease))
+	handlers := []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandlerFuncs
+	}{
+		{pods.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.pod(obj.(*corev1.Pod)) },
+			UpdateFunc: func(_, obj any) { o.pod(obj.(*corev1.Pod)) },
+			DeleteFunc: o.podGone,
+		}},
+		{nodes.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.node(obj.(*corev1.Node)) },
+			UpdateFunc: func(_, obj any) { o.node(obj.(*corev1.Node)) },
+		}},
+		{leases.Coordination().V1().Leases().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.lease(obj.(*coordinationv1.Lease)) },
+			UpdateFunc: func(_, obj any) { o.lease(obj.(*coordinationv1.Lease)) },
+		}},
+	}
+	for _, h := range handlers {
+		if _, err := h.inf.AddEventHandler(h.h); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	for _, f := range []informers.SharedInformerFactory{pods, nodes, leases} {
+		f.Start(ctx.Done())
+	}
+	for _, f := range []informers.SharedInformerFactory{pods, nodes, leases} {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				cancel()
+				return nil, fmt.Errorf("observer: %v not synced", typ)
+			}
+		}
+	}
+	go o.watchLapses(ctx)
+	return o, nil
+}
+
+// Stop ends the watches.
+func (o *Observer) Stop() { o.cancel() }
+
+// Deleting tells the observer that the test deletes a pod (before it does):
+// its going is not a loss.
+func (o *Observer) Deleting(ns, name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deleting[ns+"/"+name] = true
+}
+
+// Counters so far.
+func (o *Observer) Counters() Counters {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.c
+}
+
+// Details are one line per counted failure, oldest first.
+func (o *Observer) Details() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.details...)
+}
+
+// NotReady lists the watched nodes whose Ready condition is not True.
+func (o *Observer) NotReady() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for n, r := range o.ready {
+		if !r {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReadySince is when the node's Ready condition was last seen turning True
+// (zero if it never was, or is not True now).
+func (o *Observer) ReadySince(node string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.ready[node] {
+		return time.Time{}
+	}
+	return o.readySince[node]
+}
+
+func (o *Observer) count(field *int, format string, args ...any) {
+	*field++
+	o.details = append(o.details, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+var phaseRank = map[corev1.PodPhase]int{
+	corev1.PodPending: 0, corev1.PodRunning: 1, corev1.PodSucceeded: 2, corev1.PodFailed: 2,
+}
+
+func (o *Observer) pod(p *corev1.Pod) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := o.pods[p.UID]
+	o.pods[p.UID] = p
+	if old == nil {
+		return
+	}
+	if phaseRank[p.Status.Phase] < phaseRank[old.Status.Phase] {
+		o.count(&o.c.StatusRegressions, "pod %s: phase %s after %s", p.Name, p.Status.Phase, old.Status.Phase)
+	}
+	before := map[string]corev1.ContainerStatus{}
+	for _, s := range allStatuses(old) {
+		before[s.Name] = s
+	}
+	for _, s := range allStatuses(p) {
+		b, ok := before[s.Name]
+		switch {
+		case !ok:
+		case s.RestartCount > b.RestartCount:
+			o.count(&o.c.ContainersRestarted, "pod %s container %s: restartCount %d after %d", p.Name, s.Name, s.RestartCount, b.RestartCount)
+		case s.RestartCount == b.RestartCount && b.ContainerID != "" && s.ContainerID != "" && s.ContainerID != b.ContainerID:
+			o.count(&o.c.ContainersRestarted, "pod %s container %s: ID %s after %s, restartCount unchanged", p.Name, s.Name, s.ContainerID, b.ContainerID)
+		}
+	}
+}
+
+func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
+	return append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+}
+
+func (o *Observer) podGone(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	delete(o.pods, p.UID)
+	if !o.deleting[p.Namespace+"/"+p.Name] {
+		o.count(&o.c.PodsLost, "pod %s deleted, not by the test", p.Name)
+	}
+	onDelete := o.onDelete
+	o.mu.Unlock()
+	if onDelete != nil {
+		onDelete(p)
+	}
+}
+
+func (o *Observer) node(n *corev1.Node) {
+	if !strings.HasPrefix(n.Name, o.nodePrefix) {
+		return
+	}
+	ready := false
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status == corev1.ConditionTrue
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	was, seen := o.ready[n.Name]
+	o.ready[n.Name] = ready
+	switch {
+	case was && !ready:
+		o.count(&o.c.NodesNotReady, "node %s: Ready left True", n.Name)
+	case ready && (!was || !seen):
+		o.readySince[n.Name] = time.Now()
+	}
+}
+
+func (o *Observer) lease(l *coordinationv1.Lease) {
+	if !strings.HasPrefix(l.Name, o.nodePrefix) || l.Spec.RenewTime == nil {
+		return
+	}
+	renew := l.Spec.RenewTime.Time
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if l.Spec.LeaseDurationSeconds != nil {
+		o.duration[l.Name] = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	last, ok := o.renewed[l.Name]
+	if ok && renew.Sub(last) > o.duration[l.Name] && !o.lapsed[l.Name] {
+		o.count(&o.c.LeaseLapses, "lease %s: renewed %s after the last renewal", l.Name, renew.Sub(last).Round(time.Millisecond))
+	}
+	if !ok || renew.After(last) {
+		o.renewed[l.Name] = renew
+		o.lapsed[l.Name] = false
+	}
+}
+
+// watchLapses counts a lease as lapsed as soon as its duration has passed
+// since its last renewal, without waiting for the late renewal.
+func (o *Observer) watchLapses(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			o.mu.Lock()
+			for name, last := range o.renewed {
+				if d := o.duration[name]; d > 0 && now.Sub(last) > d && !o.lapsed[name] {
+					o.lapsed[name] = true
+					o.count(&o.c.LeaseLapses, "lease %s: not renewed for %s", name, now.Sub(last).Round(time.Second))
+				}
+			}
+			o.mu.Unlock()
+		}
+	}
+}
