@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,74 +27,9 @@ import (
 var (
 	criOnce sync.Once
 	criRT   *crienv.Env
-	criReg  *registry
+	criReg  *crienv.Registry
 	criErr  error
 )
-
-// registry is bin/images serve over the images make images built.
-type registry struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan struct{}
-}
-
-// Credentials of the registry's private/ repositories.
-const registryUser, registryPassword = "nodelet", "s3cret"
-
-func startRegistry() (*registry, error) {
-	imagesDir := filepath.Join(root, ".local", "images")
-	bin := filepath.Join(root, "bin", "images")
-	for _, p := range []string{bin, imagesDir} {
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("%s missing (run make images): %w", p, crienv.ErrUnavailable)
-		}
-	}
-	dir, err := os.MkdirTemp("", "nodelet-registry-")
-	if err != nil {
-		return nil, err
-	}
-	ready := filepath.Join(dir, "addr")
-	log, err := os.Create(filepath.Join(dir, "registry.log"))
-	if err != nil {
-		return nil, err
-	}
-	r := &registry{done: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve", "--dir", imagesDir, "--listen", "127.0.0.1:0", "--ready-file", ready,
-		"--auth", registryUser+":"+registryPassword)
-	r.cmd.Stdout, r.cmd.Stderr = log, log
-	r.cmd.SysProcAttr = stopWithParent()
-	if err := r.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start registry: %w", err)
-	}
-	go func() { _ = r.cmd.Wait(); log.Close(); close(r.done) }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if data, err := os.ReadFile(ready); err == nil && len(data) > 0 {
-			r.addr = strings.TrimSpace(string(data))
-			return r, nil
-		}
-		select {
-		case <-r.done:
-			out, _ := os.ReadFile(log.Name())
-			return nil, fmt.Errorf("registry exited: %s", out)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			r.stop()
-			return nil, errors.New("registry not serving after 2 minutes")
-		}
-	}
-}
-
-func (r *registry) stop() {
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.done:
-	case <-time.After(10 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.done
-	}
-}
 
 // criEnv is the shared containerd, started on first use; the test is
 // skipped where it cannot run (not root, binaries or images missing).
@@ -105,12 +39,13 @@ func criEnv(t *testing.T) *crienv.Env {
 		t.Skip("the cri provider's tests run containerd: they need root")
 	}
 	criOnce.Do(func() {
-		if criReg, criErr = startRegistry(); criErr != nil {
+		criReg, criErr = crienv.StartRegistry(filepath.Join(root, "bin", "images"), filepath.Join(root, ".local", "images"))
+		if criErr != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		criRT, criErr = crienv.Start(ctx, crienv.Options{Mirror: "http://" + criReg.addr})
+		criRT, criErr = crienv.Start(ctx, crienv.Options{Mirror: "http://" + criReg.Addr})
 	})
 	if errors.Is(criErr, crienv.ErrUnavailable) {
 		t.Skipf("cri environment unavailable: %v", criErr)
@@ -129,7 +64,7 @@ func stopCRI() {
 		}
 	}
 	if criReg != nil {
-		criReg.stop()
+		criReg.Stop()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/test/crienv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -260,7 +261,7 @@ spec:
 	apply(t, ns, pod("missing", "busybox:no-such-tag", ""))
 	apply(t, ns, pod("invalid", "Not A Valid/Image::x", ""))
 	apply(t, ns, pod("private-denied", "private/busybox:1.37", ""))
-	auth := base64.StdEncoding.EncodeToString([]byte(registryUser + ":" + registryPassword))
+	auth := base64.StdEncoding.EncodeToString([]byte(crienv.RegistryUser + ":" + crienv.RegistryPassword))
 	kubectl(t, "create", "secret", "generic", "-n", ns, "regcred", "--type=kubernetes.io/dockerconfigjson",
 		"--from-literal=.dockerconfigjson="+fmt.Sprintf(`{"auths":{"docker.io":{"auth":%q}}}`, auth))
 	apply(t, ns, pod("private-allowed", "private/busybox:1.37", "regcred"))
