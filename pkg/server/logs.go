@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -78,6 +79,9 @@ type logRequest struct {
 	zeroTail bool
 }
 
+// maxSinceSeconds is the longest sinceSeconds a time.Duration holds.
+const maxSinceSeconds = int64(math.MaxInt64 / time.Second)
+
 // logOptions parses the query of a container log request: the fields of
 // v1 PodLogOptions, with the kubelet's older "tail" parameter.
 func logOptions(query url.Values) (logRequest, error) {
@@ -127,7 +131,9 @@ func logOptions(query url.Values) (logRequest, error) {
 		req.LimitBytes = int(n)
 	}
 	n, sinceSeconds := intParam("sinceSeconds", 1)
-	req.SinceSecs = int(n)
+	// Providers go back that many seconds as a time.Duration; longer
+	// reaches before any log all the same.
+	req.SinceSecs = int(min(n, maxSinceSeconds))
 	if v := query.Get("sinceTime"); v != "" {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
