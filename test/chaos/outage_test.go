@@ -1,0 +1,197 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const rolloutReplicas = 200
+
+// TestAPIServerKilledDuringRollout: the API server is killed (SIGKILL), kept
+// down for 10 seconds
+// and started again while a 200-pod Deployment rolls out over sim nodes and
+// process and cri pods run.
+func TestAPIServerKilledDuringRollout(t *testing.T) {
+	outageDuringRollout(t, "apiserver", 10*time.Second)
+}
+
+// TestEtcdKilledDuringRollout: the same with etcd, down for 25 seconds (more
+// than the node monitor's grace period), its data kept; every node must be
+// Ready again within one lease duration of the API answering.
+func TestEtcdKilledDuringRollout(t *testing.T) {
+	outageDuringRollout(t, "etcd", 25*time.Second)
+}
+
+func outageDuringRollout(t *testing.T, component string, down time.Duration) {
+	prefix := name(component)
+	sim := startAgent(t, prefix+"-sim", agentOptions{provider: "sim", nodes: 20, extra: []string{"--node-labels", "chaos/pool=" + prefix}})
+	agents := []*node{sim}
+	var process, cri *node
+	out := t.TempDir()
+	var real []string // the process and cri pods
+	if isRoot() {
+		process = startAgent(t, prefix+"-process", agentOptions{provider: "process", extra: []string{"--address", "127.0.0.1"}})
+		agents = append(agents, process)
+		env := criEnv(t)
+		cri = startAgent(t, prefix+"-cri", agentOptions{provider: "cri", extra: []string{"--container-runtime-endpoint", env.Endpoint(),
+			"--pod-logs-dir", t.TempDir(), "--address", "127.0.0.1"}})
+		agents = append(agents, cri)
+	}
+	waitReady(t, 2*time.Minute, agents...)
+	ns := newNamespace(t, component) // after the agents: deleted while they run
+	if process != nil {
+		for _, n := range podNames("process", 0, 3) {
+			create(t, processPod(ns, n, process.name, out))
+			real = append(real, n)
+		}
+		for _, n := range podNames("cri", 0, 2) {
+			create(t, criPod(ns, n, cri.name))
+			real = append(real, n)
+		}
+		waitRunning(t, ns, 2*time.Minute, real...)
+	}
+	pods, _, err := running(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := containerIDs(pods, real...)
+	criBefore := criContainers(t, cri)
+
+	o := observe(t, ns, prefix, nil)
+	kubectl(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: rollout, namespace: %s}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: rollout}}
+  template:
+    metadata: {labels: {app: rollout}}
+    spec:
+      nodeSelector: {chaos/pool: %s}
+      terminationGracePeriodSeconds: 2
+      containers: [{name: main, image: registry.k8s.io/pause:3.10.2}]
+`, ns, rolloutReplicas, prefix), "apply", "-f", "-")
+	start := time.Now()
+	eventually(t, 2*time.Minute, "the rollout under way", func() (bool, string) {
+		_, n, err := running(ns)
+		if err != nil {
+			return false, err.Error()
+		}
+		return n > len(real), fmt.Sprintf("%d running", n)
+	})
+
+	if err := cp.Stop(component, true); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-time.After(down) // the outage itself
+	if err := cp.Start(component); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the API answers", func() (bool, string) {
+		_, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+		return err == nil, fmt.Sprint(err)
+	})
+	answering := time.Now()
+
+	var allReady time.Duration
+	if component == "etcd" {
+		var names []string
+		for _, a := range agents {
+			names = append(names, a.names()...)
+		}
+		eventually(t, 2*time.Minute, "every node Ready with its lease renewed since the API answers", func() (bool, string) {
+			stale := staleLeases(names, answering)
+			notReady := notReadyNodes(names)
+			return len(stale) == 0 && len(notReady) == 0, fmt.Sprintf("leases not renewed: %v; not Ready: %v", head(stale, 5), head(notReady, 5))
+		})
+		allReady = time.Since(answering)
+		if allReady > 40*time.Second {
+			t.Errorf("every node Ready %s after the API answered again, more than one lease duration (40s)", allReady.Round(time.Second))
+		}
+	}
+	eventually(t, 4*time.Minute, "the rollout completes", func() (bool, string) {
+		d, err := client.AppsV1().Deployments(ns).Get(context.Background(), "rollout", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return d.Status.AvailableReplicas == rolloutReplicas, fmt.Sprintf("%d of %d available", d.Status.AvailableReplicas, rolloutReplicas)
+	})
+	rollout := time.Since(start)
+
+	pods, _, err = running(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := containerIDs(pods, real...); !maps.Equal(now, ids) {
+		t.Errorf("container IDs of the process and cri pods changed:\nbefore %v\nafter  %v", ids, now)
+	}
+	for _, n := range podNames("process", 0, 3) {
+		if process != nil && starts(t, out, n) != 1 {
+			t.Errorf("process pod %s started %d times, want once", n, starts(t, out, n))
+		}
+	}
+	if after := criContainers(t, cri); !slices.Equal(after, criBefore) {
+		t.Errorf("the runtime's containers changed:\nbefore %v\nafter  %v", criBefore, after)
+	}
+	expectNone(t, o, true, true, true, false)
+	figures := fmt.Sprintf("%s down %s; rollout of %d in %s", component, answering.Sub(killed).Round(time.Second), rolloutReplicas, rollout.Round(time.Second))
+	if component == "etcd" {
+		figures += fmt.Sprintf("; all nodes Ready %s after the API answered", allReady.Round(time.Second))
+	}
+	report(t, component+" killed during a rollout", o.Counters(), figures)
+}
+
+func isRoot() bool { return euid == 0 }
+
+// criContainers are the cri node's containers in the runtime: ID and
+// attempt, sorted.
+func criContainers(t *testing.T, n *node) []string {
+	t.Helper()
+	if n == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := criRT.RuntimeClient().ListContainers(ctx, &runtimeapi.ListContainersRequest{
+		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"nodelet.io/node": n.name}}})
+	if err != nil {
+		t.Fatalf("list containers: %v", err)
+	}
+	var out []string
+	for _, c := range list.Containers {
+		out = append(out, fmt.Sprintf("%s/%d %s", c.Id, c.Metadata.GetAttempt(), c.State))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// staleLeases are the nodes of names whose lease was last renewed before
+// since (or cannot be read).
+func staleLeases(names []string, since time.Time) []string {
+	list, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return []string{err.Error()}
+	}
+	renewed := map[string]time.Time{}
+	for _, l := range list.Items {
+		if l.Spec.RenewTime != nil {
+			renewed[l.Name] = l.Spec.RenewTime.Time
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if renewed[n].Before(since) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
