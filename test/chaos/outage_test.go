@@ -16,9 +16,8 @@ import (
 const rolloutReplicas = 200
 
 // TestAPIServerKilledDuringRollout: the API server is killed (SIGKILL), kept
-// down for 10 seconds
-// and started again while a 200-pod Deployment rolls out over sim nodes and
-// process and cri pods run.
+// down for 10 seconds and started again while a 200-pod Deployment rolls
+// out over sim nodes and process and cri pods run.
 func TestAPIServerKilledDuringRollout(t *testing.T) {
 	outageDuringRollout(t, "apiserver", 10*time.Second)
 }
