@@ -11,8 +11,14 @@ import (
 	"strings"
 )
 
+// Slack is what Allocated may count for a call that allocates little: the
+// runtime counts small allocations a span (8 KiB and more) at a time.
+// Bounds on Allocated are Slack plus a multiple of the input's size.
+const Slack = 64 << 10
+
 // Allocated returns the bytes allocated on the heap while f ran, by f and by
-// any goroutine running at the same time: call it where nothing else runs.
+// any goroutine running at the same time (call it where nothing else runs),
+// to within Slack.
 func Allocated(f func()) uint64 {
 	// runtime/metrics reads without stopping the world, as
 	// runtime.ReadMemStats would on every run of a target.

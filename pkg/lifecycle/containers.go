@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -333,12 +332,22 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		w.wait(c, "CreateContainerConfigError", err.Error(), true)
 		return retryAfter
 	}
+	command, err := expandArgs(c.Command, byName)
+	if err != nil {
+		w.wait(c, "CreateContainerConfigError", fmt.Sprintf("command: %v", err), true)
+		return retryAfter
+	}
+	args, err := expandArgs(c.Args, byName)
+	if err != nil {
+		w.wait(c, "CreateContainerConfigError", fmt.Sprintf("args: %v", err), true)
+		return retryAfter
+	}
 	spec := ContainerSpec{
 		Pod:             pod,
 		Container:       c,
 		Attempt:         attempt,
-		Command:         expandArgs(slices.Clone(c.Command), byName),
-		Args:            expandArgs(slices.Clone(c.Args), byName),
+		Command:         command,
+		Args:            args,
 		Env:             vars,
 		TargetContainer: targetContainer(pod, c.Name),
 	}
@@ -374,13 +383,20 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	return 0
 }
 
-// expandArgs expands $(VAR) in a container's command and args with its
-// environment, as the kubelet does.
-func expandArgs(args []string, vars map[string]string) []string {
-	for i := range args {
-		args[i] = env.Expand(args[i], env.MapLookup(vars))
+// expandArgs returns a container's command or args with $(VAR) expanded
+// from its environment, as the kubelet does.
+func expandArgs(args []string, vars map[string]string) ([]string, error) {
+	if args == nil {
+		return nil, nil
 	}
-	return args
+	out := make([]string, len(args))
+	for i, arg := range args {
+		var err error
+		if out[i], err = env.Expand(arg, env.MapLookup(vars)); err != nil {
+			return nil, fmt.Errorf("[%d]: %w", i, err)
+		}
+	}
+	return out, nil
 }
 
 func lifecycleHandler(c *corev1.Container, postStart bool) *corev1.LifecycleHandler {

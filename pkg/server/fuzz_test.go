@@ -55,7 +55,7 @@ func FuzzLogOptions(f *testing.F) {
 			req logRequest
 			err error
 		)
-		if n := fuzzcheck.Allocated(func() { req, err = logOptions(values) }); n > 16<<10+64*uint64(len(query)) {
+		if n := fuzzcheck.Allocated(func() { req, err = logOptions(values) }); n > fuzzcheck.Slack+64*uint64(len(query)) {
 			t.Errorf("parsing a query of %d bytes allocated %d bytes", len(query), n)
 		}
 		if err != nil {

@@ -225,8 +225,8 @@ func TestExpand(t *testing.T) {
 		"end$":        "end$",
 		"$$":          "$",
 	} {
-		if got := Expand(in, MapLookup(vars)); got != want {
-			t.Errorf("Expand(%q) = %q, want %q", in, got, want)
+		if got, err := Expand(in, MapLookup(vars)); err != nil || got != want {
+			t.Errorf("Expand(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }

@@ -46,6 +46,9 @@ func Environment(ctx context.Context, g Getter, pod *corev1.Pod, c *corev1.Conta
 	for _, kv := range serviceVars(selectServices(services, pod.Namespace, links)) {
 		vars.set(kv[0], kv[1])
 	}
+	if err := vars.checkSize(); err != nil {
+		return nil, fmt.Errorf("service environment: %w", err)
+	}
 
 	r := &resolver{
 		ctx:        ctx,
@@ -60,12 +63,19 @@ func Environment(ctx context.Context, g Getter, pod *corev1.Pod, c *corev1.Conta
 		if err := r.envFrom(&c.EnvFrom[i], &vars); err != nil {
 			return nil, err
 		}
+		if err := vars.checkSize(); err != nil {
+			return nil, fmt.Errorf("envFrom: %w", err)
+		}
 	}
 	for i := range c.Env {
 		ev := &c.Env[i]
 		switch {
 		case ev.Value != "":
-			vars.set(ev.Name, Expand(ev.Value, vars.lookup))
+			v, err := Expand(ev.Value, vars.lookup)
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", ev.Name, err)
+			}
+			vars.set(ev.Name, v)
 		case ev.ValueFrom != nil:
 			v, ok, err := r.valueFrom(ev.ValueFrom)
 			if err != nil {
@@ -77,24 +87,46 @@ func Environment(ctx context.Context, g Getter, pod *corev1.Pod, c *corev1.Conta
 		default:
 			vars.set(ev.Name, "")
 		}
+		if err := vars.checkSize(); err != nil {
+			return nil, fmt.Errorf("env %s: %w", ev.Name, err)
+		}
 	}
 	return vars.list(), nil
 }
+
+// MaxEnvironmentLen bounds a container's environment: 6 MiB, more than the
+// kernel takes for the arguments and environment of a process together
+// (a quarter of the stack limit, at most three quarters of 8 MiB). It is
+// checked as the variables are set, so that references between variables
+// cannot grow it without end.
+const MaxEnvironmentLen = 6 << 20
 
 // orderedVars keeps each name once, at the position where it was last set.
 type orderedVars struct {
 	values map[string]string
 	order  []string
 	last   map[string]int
+	size   int // of the entries "name=value\x00"
 }
 
 func (o *orderedVars) set(name, value string) {
 	if o.values == nil {
 		o.values, o.last = map[string]string{}, map[string]int{}
 	}
+	if old, ok := o.values[name]; ok {
+		o.size -= len(name) + len(old) + 2
+	}
+	o.size += len(name) + len(value) + 2
 	o.values[name] = value
 	o.last[name] = len(o.order)
 	o.order = append(o.order, name)
+}
+
+func (o *orderedVars) checkSize() error {
+	if o.size > MaxEnvironmentLen {
+		return fmt.Errorf("the environment takes more than %d bytes, more than the kernel takes", MaxEnvironmentLen)
+	}
+	return nil
 }
 
 func (o *orderedVars) lookup(name string) (string, bool) {

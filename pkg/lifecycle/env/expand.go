@@ -1,14 +1,29 @@
 package env
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// MaxExpandedLen is the longest string a reference may make: 128 KiB, the
+// most the kernel takes as one argument or environment entry
+// (MAX_ARG_STRLEN), so that no longer result could ever be used. Without
+// a bound, variables that each refer twice to the one before double at
+// every step, and a few lines of a pod spec would take the agent's memory.
+const MaxExpandedLen = 128 << 10
+
+// ErrTooLong is the error of an expansion that would pass MaxExpandedLen.
+var ErrTooLong = errors.New("expands to more than the kernel takes")
 
 // Expand replaces each $(NAME) in s by lookup(NAME) the way the kubelet
 // expands env values, command and args: "$$" stands for a literal "$", and a
 // reference whose name lookup does not know, or that is not closed, stays as
-// written.
-func Expand(s string, lookup func(name string) (string, bool)) string {
+// written. It fails with ErrTooLong rather than substitute past
+// MaxExpandedLen bytes.
+func Expand(s string, lookup func(name string) (string, bool)) (string, error) {
 	if !strings.Contains(s, "$") {
-		return s
+		return s, nil
 	}
 	var b strings.Builder
 	b.Grow(len(s))
@@ -26,10 +41,13 @@ func Expand(s string, lookup func(name string) (string, bool)) string {
 			if end < 0 {
 				// Unclosed: keep the rest as written.
 				b.WriteString(s[i:])
-				return b.String()
+				return b.String(), nil
 			}
 			name := s[i+2 : i+2+end]
 			if v, ok := lookup(name); ok && name != "" {
+				if b.Len()+len(v) > MaxExpandedLen {
+					return "", fmt.Errorf("$(%s) at byte %d: %w", truncateName(name), i, ErrTooLong)
+				}
 				b.WriteString(v)
 			} else {
 				b.WriteString(s[i : i+3+end])
@@ -41,7 +59,15 @@ func Expand(s string, lookup func(name string) (string, bool)) string {
 			i++
 		}
 	}
-	return b.String()
+	return b.String(), nil
+}
+
+// truncateName shortens a variable name for an error message.
+func truncateName(name string) string {
+	if len(name) > 64 {
+		return name[:64] + "..."
+	}
+	return name
 }
 
 // MapLookup adapts a map for Expand.

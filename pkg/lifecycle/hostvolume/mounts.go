@@ -63,7 +63,10 @@ func containerMount(volumes map[string]*corev1.Volume, paths, env map[string]str
 	}
 	sub := vm.SubPath
 	if vm.SubPathExpr != "" {
-		sub = envvars.Expand(vm.SubPathExpr, envvars.MapLookup(env))
+		var err error
+		if sub, err = envvars.Expand(vm.SubPathExpr, envvars.MapLookup(env)); err != nil {
+			return Mount{}, fmt.Errorf("subPathExpr: %w", err)
+		}
 	}
 	src := base
 	if sub != "" {

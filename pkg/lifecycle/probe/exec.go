@@ -22,7 +22,10 @@ func execProbe(ctx context.Context, a *corev1.ExecAction, timeout time.Duration,
 	if t.Container != nil {
 		env = t.Container.Env
 	}
-	argv := expandCommand(a.Command, env)
+	argv, err := expandCommand(a.Command, env)
+	if err != nil {
+		return Failure, fmt.Sprintf("exec probe: %v", err)
+	}
 	out, code, err := t.Exec.ExecSync(ctx, t.containerName(), argv)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
@@ -44,9 +47,9 @@ func execProbe(ctx context.Context, a *corev1.ExecAction, timeout time.Duration,
 // container's environment variable NAME when it has a literal value. A
 // reference to an unknown name stays as written, and $$ stands for a literal
 // $, so $$(NAME) gives $(NAME).
-func expandCommand(argv []string, env []corev1.EnvVar) []string {
+func expandCommand(argv []string, env []corev1.EnvVar) ([]string, error) {
 	if len(argv) == 0 {
-		return nil
+		return nil, nil
 	}
 	vars := make(map[string]string, len(env))
 	for _, e := range env {
@@ -56,7 +59,10 @@ func expandCommand(argv []string, env []corev1.EnvVar) []string {
 	}
 	out := make([]string, len(argv))
 	for i, arg := range argv {
-		out[i] = envvars.Expand(arg, envvars.MapLookup(vars))
+		var err error
+		if out[i], err = envvars.Expand(arg, envvars.MapLookup(vars)); err != nil {
+			return nil, fmt.Errorf("command[%d]: %w", i, err)
+		}
 	}
-	return out
+	return out, nil
 }
