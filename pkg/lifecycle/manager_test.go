@@ -39,6 +39,8 @@ type fakeRuntime struct {
 	noResize bool
 	// crash names containers that exit 1 as soon as they start.
 	crash map[string]bool
+	// readLogs, when set, is every sandbox's ReadLogs.
+	readLogs func(ctx context.Context, opts LogOptions, w io.Writer) error
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -178,7 +180,10 @@ func (s *fakeSandbox) ExecSync(context.Context, string, []string) ([]byte, int, 
 
 func (s *fakeSandbox) Exec(context.Context, string, []string, StreamIO) (int, error) { return 0, nil }
 func (s *fakeSandbox) Attach(context.Context, string, StreamIO) error                { return nil }
-func (s *fakeSandbox) ReadLogs(context.Context, string, int, LogOptions, io.Writer) error {
+func (s *fakeSandbox) ReadLogs(ctx context.Context, _ string, _ int, opts LogOptions, w io.Writer) error {
+	if s.rt.readLogs != nil {
+		return s.rt.readLogs(ctx, opts, w)
+	}
 	return nil
 }
 func (s *fakeSandbox) PortForward(context.Context, int32, io.ReadWriteCloser) error { return nil }

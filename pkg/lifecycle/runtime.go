@@ -66,7 +66,10 @@ type Sandbox interface {
 	// Attach connects to the main process of a running container.
 	Attach(ctx context.Context, container string, streams StreamIO) error
 	// ReadLogs writes one attempt's log to w, as opts ask; with Follow it
-	// returns once that attempt no longer runs and its log is read.
+	// returns once that attempt no longer runs and its log is read. It calls
+	// opts.Opened once the log is open: an error before that (or before
+	// the first write) is the request's answer, one after it ends the
+	// stream.
 	ReadLogs(ctx context.Context, container string, attempt int, opts LogOptions, w io.Writer) error
 	// PortForward copies between stream and the pod's port until either
 	// side closes or ctx ends.
@@ -160,6 +163,9 @@ type LogOptions struct {
 	LimitBytes int64
 	// Since, when not zero, skips lines written before it.
 	Since time.Time
+	// Opened, when not nil, is called once the log is open, before it is
+	// read: a followed log with no line yet is answered from then on.
+	Opened func()
 }
 
 // ErrResizeUnsupported is returned by Sandbox.UpdateResources of a runtime

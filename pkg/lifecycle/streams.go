@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,11 +67,46 @@ func (m *Manager) GetContainerLogs(ctx context.Context, namespace, pod, containe
 	if !opts.SinceTime.IsZero() {
 		lo.Since = opts.SinceTime
 	}
+	// Answer an error of the reader (a log that is missing, or behind a
+	// symbolic link) as such, until the log is open or its first line is
+	// written: after that, the client has its answer and the stream ends.
+	opened := make(chan struct{})
+	var once sync.Once
+	lo.Opened = func() { once.Do(func() { close(opened) }) }
 	r, w := io.Pipe()
+	done := make(chan error, 1)
 	go func() {
-		w.CloseWithError(sb.ReadLogs(ctx, container, st.Attempt, lo, w))
+		err := sb.ReadLogs(ctx, container, st.Attempt, lo, &openingWriter{w: w, opened: lo.Opened})
+		done <- err
+		w.CloseWithError(err)
 	}()
+	select {
+	case <-opened:
+	case err := <-done:
+		select {
+		case <-opened:
+		default:
+			if err != nil {
+				return nil, err
+			}
+		}
+	case <-ctx.Done():
+		r.Close()
+		return nil, ctx.Err()
+	}
 	return r, nil
+}
+
+// openingWriter calls opened before its first write, for sandboxes that
+// read before they say the log is open.
+type openingWriter struct {
+	w      io.Writer
+	opened func()
+}
+
+func (o *openingWriter) Write(p []byte) (int, error) {
+	o.opened()
+	return o.w.Write(p)
 }
 
 // RunInContainer runs cmd in the container, as kubectl exec does.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/nofollow"
 )
 
 // criSandbox is one pod's sandbox in the runtime, with the snapshot of its
@@ -257,9 +259,29 @@ func (s *criSandbox) terminationMessage(info containerInfo, st *runtimeapi.Conta
 	}
 	tail := int64(maxFallbackLogLines)
 	limit := int64(maxFallbackLogBytes)
+	if checkLogPath(s.logDir, st.LogPath) != nil {
+		return ""
+	}
 	var out strings.Builder
 	_ = logs.ReadLogs(context.Background(), st.LogPath, "", &logs.LogOptions{TailLines: &tail, LimitBytes: &limit}, nil, &out, &out)
 	return out.String()
+}
+
+// checkLogPath refuses a container log that is, or lies in a directory
+// that is, a symbolic link below the pod's log directory: a container with
+// write access there (a hostPath volume of the pod logs directory) must not
+// make kubectl logs, or its termination message, read another file of the
+// node. The runtime's log reader opens the path again after this check.
+func checkLogPath(dir, path string) error {
+	f, err := nofollow.Open(dir, path, os.O_RDONLY, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // the reader says so
+	case err != nil:
+		return fmt.Errorf("container log: %w", err)
+	}
+	f.Close()
+	return nil
 }
 
 // sandboxConfig is the config the sandbox was run with, rebuilt from the
@@ -564,6 +586,12 @@ func (s *criSandbox) ReadLogs(ctx context.Context, container string, attempt int
 		lo.LimitBytes = &opts.LimitBytes
 	}
 	path := filepath.Join(s.logDir, containerLogPath(container, uint32(attempt)))
+	if err := checkLogPath(s.logDir, path); err != nil {
+		return err
+	}
+	if opts.Opened != nil {
+		opts.Opened()
+	}
 	err = logs.ReadLogs(ctx, path, c.id, lo, rs, w, w)
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -159,8 +159,9 @@ func (s hostSandbox) ReadLogs(ctx context.Context, container string, attempt int
 		cur, ok := s.sb.Container(container)
 		return ok && cur.Attempt == attempt && cur.State == sandbox.StateRunning
 	}
-	return sandbox.ReadLogs(ctx, s.sb.LogPath(container, attempt), sandbox.LogOptions{
+	return sandbox.ReadLogs(ctx, s.sb.LogDir(), s.sb.LogPath(container, attempt), sandbox.LogOptions{
 		Follow: opts.Follow, Timestamps: opts.Timestamps, TailLines: opts.TailLines, Since: opts.Since, LimitBytes: opts.LimitBytes,
+		Opened: opts.Opened,
 	}, running, w)
 }
 

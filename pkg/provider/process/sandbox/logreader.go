@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodelet/nodelet/pkg/nofollow"
 )
 
 // LogOptions select what ReadLogs writes.
@@ -24,6 +26,8 @@ type LogOptions struct {
 	Since time.Time
 	// LimitBytes stops the output after that many bytes; 0 is no limit.
 	LimitBytes int64
+	// Opened, when not nil, is called once the files are open.
+	Opened func()
 }
 
 // followInterval is how often a followed log is checked for new lines.
@@ -36,13 +40,18 @@ var errLimitReached = errors.New("log limit reached")
 // optionally prefixed with its RFC3339Nano timestamp. With Follow it keeps
 // writing new lines, across rotations, until stillRunning (nil: never)
 // reports false and the file is drained, or ctx ends.
-func ReadLogs(ctx context.Context, path string, opts LogOptions, stillRunning func() bool, w io.Writer) error {
+//
+// path lies below dir, the pod's logs directory, and no symbolic link
+// below dir is followed: a container that can write there and swaps its
+// log, or its log's directory, for a link to another file gets an error
+// wrapping nofollow.ErrSymlink, never the other file.
+func ReadLogs(ctx context.Context, dir, path string, opts LogOptions, stillRunning func() bool, w io.Writer) error {
 	lr := &logReader{opts: opts, w: w, left: opts.LimitBytes}
 	if opts.TailLines >= 0 {
 		lr.tail = make([]logLine, 0, min(opts.TailLines, 4096))
 		lr.tailing = true
 	}
-	err := lr.run(ctx, path, stillRunning)
+	err := lr.run(ctx, dir, path, stillRunning)
 	if errors.Is(err, errLimitReached) {
 		return nil
 	}
@@ -66,8 +75,14 @@ type logReader struct {
 	partTS  time.Time // timestamp of the first of them
 }
 
-func (lr *logReader) run(ctx context.Context, path string, stillRunning func() bool) error {
-	files := openLogFiles(path)
+func (lr *logReader) run(ctx context.Context, dir, path string, stillRunning func() bool) error {
+	files, err := openLogFiles(dir, path)
+	if err != nil {
+		return err
+	}
+	if lr.opts.Opened != nil {
+		lr.opts.Opened()
+	}
 	var cur *os.File
 	if len(files) > 0 {
 		cur = files[len(files)-1]
@@ -87,7 +102,6 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 	}
 	var br *bufio.Reader
 	var pending []byte
-	var err error
 	if cur != nil {
 		br = bufio.NewReaderSize(cur, 64*1024)
 		if pending, err = lr.drain(br, nil); err != nil {
@@ -121,7 +135,11 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 					return err
 				}
 			}
-			newer := newerFiles(openLogFiles(path), cur)
+			files, err := openLogFiles(dir, path)
+			if err != nil {
+				return err
+			}
+			newer := newerFiles(files, cur)
 			if len(newer) == 0 {
 				break
 			}
@@ -152,22 +170,26 @@ func (lr *logReader) run(ctx context.Context, path string, stillRunning func() b
 
 // openLogFiles opens the rotated files and the current one, oldest first,
 // as one consistent view: it tries again if a rotation renamed files while
-// it opened them.
-func openLogFiles(path string) []*os.File {
+// it opened them. A symbolic link on the way to one of them is an error.
+func openLogFiles(dir, path string) ([]*os.File, error) {
 	var files []*os.File
 	for try := 0; try < 20; try++ {
 		closeAll(files)
 		files = nil
 		consistent := true
 		for _, name := range append(rotatedLogs(path), path) {
-			f, err := os.Open(name)
+			f, err := nofollow.Open(dir, name, os.O_RDONLY, 0)
+			if errors.Is(err, nofollow.ErrSymlink) {
+				closeAll(files)
+				return nil, fmt.Errorf("container log: %w", err)
+			}
 			if err != nil {
 				consistent = consistent && isNotExist(err) && name != path
 				continue
 			}
 			files = append(files, f)
 			fst, err1 := f.Stat()
-			st, err2 := os.Stat(name)
+			st, err2 := os.Lstat(name)
 			if err1 != nil || err2 != nil || !os.SameFile(fst, st) {
 				consistent = false
 			}
@@ -175,11 +197,11 @@ func openLogFiles(path string) []*os.File {
 		if consistent && len(files) > 0 {
 			// Names may all have shifted between listing and opening.
 			if again := rotatedLogs(path); len(again) == len(files)-1 {
-				return files
+				return files, nil
 			}
 		}
 	}
-	return files
+	return files, nil
 }
 
 // newerFiles keeps the files after cur (all of them if cur is not among
@@ -201,9 +223,10 @@ func newerFiles(files []*os.File, cur *os.File) []*os.File {
 	return files
 }
 
-// replaced tells whether path now names another file than cur.
+// replaced tells whether path now names another file than cur (or a
+// symbolic link, which openLogFiles then refuses).
 func replaced(cur *os.File, path string) bool {
-	st, err := os.Stat(path)
+	st, err := os.Lstat(path)
 	if err != nil {
 		return false
 	}
