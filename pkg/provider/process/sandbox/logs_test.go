@@ -3,12 +3,15 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/pkg/nofollow"
 )
 
 // fixedClock steps one second per record, so that Since can be tested.
@@ -45,7 +48,7 @@ func TestLogWriterAndReader(t *testing.T) {
 	read := func(opts LogOptions) string {
 		t.Helper()
 		var b bytes.Buffer
-		if err := ReadLogs(context.Background(), path, opts, nil, &b); err != nil {
+		if err := ReadLogs(context.Background(), filepath.Dir(path), path, opts, nil, &b); err != nil {
 			t.Fatal(err)
 		}
 		return b.String()
@@ -79,7 +82,7 @@ func TestLogWriterAndReader(t *testing.T) {
 	pumpLog(strings.NewReader(long+"\nend\n"), "stderr", w2, nil)
 	w2.Close()
 	var b bytes.Buffer
-	if err := ReadLogs(context.Background(), path2, LogOptions{TailLines: -1}, nil, &b); err != nil || b.String() != long+"\nend\n" {
+	if err := ReadLogs(context.Background(), filepath.Dir(path2), path2, LogOptions{TailLines: -1}, nil, &b); err != nil || b.String() != long+"\nend\n" {
 		t.Errorf("long line read back wrong (%d bytes, %v)", b.Len(), err)
 	}
 }
@@ -95,7 +98,7 @@ func TestReadLogsFollowAcrossRotation(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- ReadLogs(context.Background(), path, LogOptions{Follow: true, TailLines: -1}, running.Load, &out)
+		done <- ReadLogs(context.Background(), filepath.Dir(path), path, LogOptions{Follow: true, TailLines: -1}, running.Load, &out)
 	}()
 	var want strings.Builder
 	for i := 0; i < 20; i++ {
@@ -123,7 +126,7 @@ func TestReadLogsFollowAcrossRotation(t *testing.T) {
 	// Follow ends with ctx.
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		done <- ReadLogs(ctx, path, LogOptions{Follow: true, TailLines: 1}, func() bool { return true }, &bytes.Buffer{})
+		done <- ReadLogs(ctx, filepath.Dir(path), path, LogOptions{Follow: true, TailLines: 1}, func() bool { return true }, &bytes.Buffer{})
 	}()
 	cancel()
 	select {
@@ -133,5 +136,65 @@ func TestReadLogsFollowAcrossRotation(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("follow did not end with ctx")
+	}
+}
+
+// TestLogSymlinksRefused plants the links a container that can write to its
+// log directory could: the reader refuses them, and the writer appends to
+// no file outside.
+func TestLogSymlinksRefused(t *testing.T) {
+	logs, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "0.log")
+	const secretLine = "2025-01-01T00:00:00Z stdout F outside-secret\n"
+	if err := os.WriteFile(secret, []byte(secretLine), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"file", "rotated"} {
+		if err := os.MkdirAll(filepath.Join(logs, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		w, err := openLogWriter(filepath.Join(logs, dir, "0.log"), 1<<20, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.record("stdout", false, []byte("own line"))
+		w.Close()
+	}
+	mustLink := func(target, path string) {
+		t.Helper()
+		if err := os.Symlink(target, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The current file, a rotated one, and the directory of another.
+	if err := os.Remove(filepath.Join(logs, "file", "0.log")); err != nil {
+		t.Fatal(err)
+	}
+	mustLink(secret, filepath.Join(logs, "file", "0.log"))
+	mustLink(secret, filepath.Join(logs, "rotated", "0.log.1"))
+	mustLink(outside, filepath.Join(logs, "dir"))
+
+	for _, c := range []string{"file", "rotated", "dir"} {
+		var b bytes.Buffer
+		err := ReadLogs(context.Background(), logs, filepath.Join(logs, c, "0.log"), LogOptions{TailLines: -1}, nil, &b)
+		if !errors.Is(err, nofollow.ErrSymlink) {
+			t.Errorf("reading %s's log: %v, want %v", c, err, nofollow.ErrSymlink)
+		}
+		if strings.Contains(b.String(), "outside-secret") {
+			t.Errorf("reading %s's log gave the other file: %q", c, b.String())
+		}
+	}
+	// The shim reopens its log (on rotation, or a restarted container).
+	if _, err := openLogWriter(filepath.Join(logs, "file", "0.log"), 1<<20, 2); !errors.Is(err, nofollow.ErrSymlink) {
+		t.Errorf("opening a linked log to write: %v, want %v", err, nofollow.ErrSymlink)
+	}
+	if _, err := openLogWriter(filepath.Join(logs, "dir", "1.log"), 1<<20, 2); !errors.Is(err, nofollow.ErrSymlink) {
+		t.Errorf("opening a log in a linked directory to write: %v, want %v", err, nofollow.ErrSymlink)
+	}
+	if data, _ := os.ReadFile(secret); string(data) != secretLine {
+		t.Errorf("the file outside was written: %q", data)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "1.log")); err == nil {
+		t.Error("a log was created in the linked directory")
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/nodelet/nodelet/pkg/nofollow"
 )
 
 // maxLogLine is the longest content of one CRI log record; longer lines are
@@ -37,8 +40,11 @@ func openLogWriter(path string, maxSize int64, maxFiles int) (*logWriter, error)
 	return w, nil
 }
 
+// open opens the log, refusing a symbolic link at it or at its directory
+// (logs/<container>/): a container that can write there must not make the
+// shim append to another file.
 func (w *logWriter) open() error {
-	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := nofollow.Open(filepath.Dir(filepath.Dir(w.path)), w.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
 	}

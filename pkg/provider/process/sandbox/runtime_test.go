@@ -120,7 +120,7 @@ func waitExited(t *testing.T, s *Sandbox, name string) ContainerStatus {
 func readLog(t *testing.T, s *Sandbox, name string, attempt int, opts LogOptions) string {
 	t.Helper()
 	var b bytes.Buffer
-	if err := ReadLogs(context.Background(), s.LogPath(name, attempt), opts, nil, &b); err != nil {
+	if err := ReadLogs(context.Background(), s.LogDir(), s.LogPath(name, attempt), opts, nil, &b); err != nil {
 		t.Fatalf("ReadLogs: %v", err)
 	}
 	return b.String()

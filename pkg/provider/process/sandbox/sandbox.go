@@ -59,6 +59,10 @@ func (s *Sandbox) attemptDir(name string, attempt int) string {
 	return filepath.Join(s.dir, containersDir, name, strconv.Itoa(attempt))
 }
 
+// LogDir is the directory of the pod's logs, below which ReadLogs follows
+// no symbolic link.
+func (s *Sandbox) LogDir() string { return filepath.Join(s.dir, logsDir) }
+
 // LogPath is the log file of one attempt of a container; rotated files are
 // LogPath.1 (newest) to LogPath.N.
 func (s *Sandbox) LogPath(container string, attempt int) string {
