@@ -245,8 +245,8 @@ func (m *Manager) downwardAPIFiles(pod *corev1.Pod, items []corev1.DownwardAPIVo
 }
 
 // checkPath accepts a relative path inside a volume: not absolute, no ".."
-// element, not starting with ".." (names that begin so are the atomic
-// writer's own).
+// element, not starting with ".." once cleaned (names that begin so are the
+// atomic writer's own: "./..x" would be written as "..x" and removed).
 func checkPath(p string) error {
 	switch {
 	case p == "":
@@ -262,6 +262,9 @@ func checkPath(p string) error {
 		if el == ".." {
 			return fmt.Errorf("file path %q contains '..'", p)
 		}
+	}
+	if clean := path.Clean(p); strings.HasPrefix(clean, "..") {
+		return fmt.Errorf("file path %q is %q, which starts with '..'", p, clean)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package hostvolume
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 
@@ -24,14 +25,26 @@ func setUpEmptyDir(dir string, src *corev1.EmptyDirVolumeSource) error {
 		return fmt.Errorf("chmod directory: %w", err)
 	}
 	if src.Medium == corev1.StorageMediumMemory {
-		// A tmpfs's root is 1777 (sticky), as on the kubelet's nodes.
-		opts := "mode=1777"
-		if src.SizeLimit != nil && src.SizeLimit.Sign() > 0 {
-			opts += ",size=" + strconv.FormatInt(src.SizeLimit.Value(), 10)
-		}
-		if err := ensureTmpfs(dir, opts); err != nil {
+		if err := ensureTmpfs(dir, tmpfsOptions(src)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// tmpfsOptions are the mount options of a memory emptyDir's tmpfs: its
+// root is 1777 (sticky), as on the kubelet's nodes, and its size the
+// sizeLimit when there is one. A limit past an int64 is the largest size:
+// Quantity.Value wraps around there (1e19 would be 0, a tmpfs without
+// limit; 9.27e18 a negative size).
+func tmpfsOptions(src *corev1.EmptyDirVolumeSource) string {
+	opts := "mode=1777"
+	if src.SizeLimit != nil && src.SizeLimit.Sign() > 0 {
+		size := src.SizeLimit.Value()
+		if src.SizeLimit.CmpInt64(math.MaxInt64) >= 0 {
+			size = math.MaxInt64
+		}
+		opts += ",size=" + strconv.FormatInt(size, 10)
+	}
+	return opts
 }
