@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -244,24 +245,9 @@ func (c *cluster) createKwokNodes(ctx context.Context, n int) ([]string, error) 
 func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p99, tail float64, err error) {
 	var last latest
 	err = parallel(m, 64, func(i int) error {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: benchNamespace},
-			Spec: corev1.PodSpec{
-				NodeName:    nodes[i%len(nodes)],
-				Containers:  []corev1.Container{{Name: "app", Image: "bench:1", Command: []string{"sleep", "infinity"}}},
-				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			},
-		}
-		if _, err := c.client.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-		now := time.Now()
-		c.mu.Lock()
-		c.created[pod.Name] = now
-		c.mu.Unlock()
-		c.podCount.Add(1)
-		last.see(now)
-		return nil
+		created, err := c.createPod(ctx, benchPodName(i), nodes[i%len(nodes)])
+		last.see(created)
+		return err
 	})
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("create pods: %w", err)
@@ -293,12 +279,58 @@ func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p
 	return percentile(s, 0.5), percentile(s, 0.99), max(allRunning.Sub(last.t), 0).Seconds(), nil
 }
 
+// benchPodName is the name of the bench's i-th pod.
+func benchPodName(i int) string { return fmt.Sprintf("pod-%d", i) }
+
+// createPod creates one bench pod bound to node and notes when the API
+// accepted it.
+func (c *cluster) createPod(ctx context.Context, name, node string) (time.Time, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Containers:  []corev1.Container{{Name: "app", Image: "bench:1", Command: []string{"sleep", "infinity"}}},
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		},
+	}
+	if _, err := c.client.CoreV1().Pods(benchNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return time.Time{}, fmt.Errorf("create pod %s: %w", name, err)
+	}
+	now := time.Now()
+	c.mu.Lock()
+	c.created[name] = now
+	c.mu.Unlock()
+	c.podCount.Add(1)
+	return now, nil
+}
+
+// runningAfter is how long after its creation a bench pod was first seen
+// Running and Ready, or false while it has not been.
+func (c *cluster) runningAfter(name string) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	running, ok := c.running[name]
+	if !ok {
+		return 0, false
+	}
+	return max(running.Sub(c.created[name]), 0), true
+}
+
+// deletePod deletes one bench pod gracefully; a pod already gone is not an
+// error.
+func (c *cluster) deletePod(ctx context.Context, name string) error {
+	err := c.client.CoreV1().Pods(benchNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s: %w", name, err)
+	}
+	return nil
+}
+
 // deletePods deletes the m pods gracefully and waits until all are gone.
 func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
 	var last latest
 	err := parallel(m, 64, func(i int) error {
-		err := c.client.CoreV1().Pods(benchNamespace).Delete(ctx, fmt.Sprintf("pod-%d", i), metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := c.deletePod(ctx, benchPodName(i)); err != nil {
 			return err
 		}
 		last.see(time.Now())
@@ -317,51 +349,92 @@ func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
 	return time.Since(last.t).Seconds(), nil
 }
 
+// leaseCheckInterval is how often the node Leases are read for lapses.
+const leaseCheckInterval = 5 * time.Second
+
 // steady counts mutating API requests and lease lapses over d.
 func (c *cluster) steady(ctx context.Context, d time.Duration) (writes int, lapses int, err error) {
 	before, err := c.mutatingRequests(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	lapsed := map[string]bool{}
+	var lc lapseCounter
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		leases, err := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
+		if err := lc.check(ctx, c.client); err != nil {
 			return 0, 0, err
 		}
-		now := time.Now()
-		for _, l := range leases.Items {
-			if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-				continue
-			}
-			if now.Sub(l.Spec.RenewTime.Time) > time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second && !lapsed[l.Name] {
-				lapsed[l.Name] = true
-				lapses++
-			}
-		}
-		time.Sleep(5 * time.Second)
+		time.Sleep(leaseCheckInterval)
 	}
 	after, err := c.mutatingRequests(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	return after - before, lapses, nil
+	return after - before, lc.lapses, nil
+}
+
+// lapseCounter counts lease lapses: a Lease seen with a renewTime older
+// than its duration. One renewTime lapses once however often it is seen;
+// a Lease that is renewed and lapses again counts again.
+type lapseCounter struct {
+	lapses   int
+	lapsedAt map[string]time.Time // lease name → the renewTime that lapsed
+}
+
+// check reads every node Lease once, from the apiserver's cache.
+func (lc *lapseCounter) check(ctx context.Context, client kubernetes.Interface) error {
+	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return fmt.Errorf("list node leases: %w", err)
+	}
+	if lc.lapsedAt == nil {
+		lc.lapsedAt = map[string]time.Time{}
+	}
+	now := time.Now()
+	for _, l := range leases.Items {
+		if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+			continue
+		}
+		renewed := l.Spec.RenewTime.Time
+		if now.Sub(renewed) <= time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
+			continue
+		}
+		if at, ok := lc.lapsedAt[l.Name]; !ok || !at.Equal(renewed) {
+			lc.lapsedAt[l.Name] = renewed
+			lc.lapses++
+		}
+	}
+	return nil
 }
 
 // mutatingRequests sums the apiserver's counters of writes to nodes,
 // leases, pods and events.
 func (c *cluster) mutatingRequests(ctx context.Context) (int, error) {
-	total := 0.0
+	byResource, err := c.writesByResource(ctx)
+	total := 0
+	for _, n := range byResource {
+		total += n
+	}
+	return total, err
+}
+
+// writesByResource is the apiserver's count of writes so far to nodes,
+// leases, pods and events, by resource.
+func (c *cluster) writesByResource(ctx context.Context) (map[string]int, error) {
+	totals := map[string]float64{}
 	err := c.scanMetrics(ctx, func(name, line string, v float64) {
 		if name == "apiserver_request_total" && isWrite(labelValue(line, "verb")) {
-			switch labelValue(line, "resource") {
+			switch r := labelValue(line, "resource"); r {
 			case "nodes", "leases", "pods", "events":
-				total += v
+				totals[r] += v
 			}
 		}
 	})
-	return int(total), err
+	out := make(map[string]int, len(totals))
+	for r, v := range totals {
+		out[r] = int(v)
+	}
+	return out, err
 }
 
 // podWrites is the apiserver's count of writes to pods (create, status
@@ -409,20 +482,29 @@ func (c *cluster) scanMetrics(ctx context.Context, f func(name, line string, v f
 	if err != nil {
 		return fmt.Errorf("apiserver metrics: %w", err)
 	}
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	return scanSamples(raw, f)
+}
+
+// scanSamples calls f with every sample of a Prometheus text exposition:
+// the metric name, the whole line and the value.
+func scanSamples(raw []byte, f func(name, line string, v float64)) error {
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		i := strings.IndexByte(line, '{')
-		if i < 0 || strings.HasPrefix(line, "#") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || strings.HasPrefix(line, "#") {
 			continue
 		}
-		fields := strings.Fields(line)
 		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
 		if err != nil {
 			continue
 		}
-		f(line[:i], line, v)
+		name := fields[0]
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			name = line[:i]
+		}
+		f(name, line, v)
 	}
 	return sc.Err()
 }

@@ -8,7 +8,9 @@
 // bench-process), with --cri-pods the cri provider against the real
 // kubelet on one private containerd (make bench-cri), and with --stats what
 // serving the kubelet stats endpoints to metrics-server costs a sim agent
-// (go run ./bench --stats).
+// (go run ./bench --stats). With --soak it keeps one sim agent's pods
+// churning for a long time and judges whether its memory stays flat (make
+// soak).
 package main
 
 import (
@@ -19,8 +21,10 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -99,7 +103,33 @@ func main() {
 	flag.DurationVar(&so.resolution, "stats-resolution", 15*time.Second, "with --stats: how often metrics-server scrapes every node")
 	flag.StringVar(&so.profile, "stats-profile", "", "with --stats: write the agent's CPU profile of the scraped window to this file (go tool pprof)")
 	flag.DurationVar(&so.topTimeout, "stats-top-timeout", 5*time.Minute, "with --stats: how long metrics-server may take until kubectl top lists every node and pod")
+	var ko soakOptions
+	flag.DurationVar(&ko.duration, "soak", 0, "instead: a soak of this long: one sim agent of --nodes nodes and --pods pods Running, pods created and deleted at --churn, sampled every --soak-interval and judged (memory flat over the second half, 0 lease lapses, writes/node/min within the steady-state budget)")
+	flag.Float64Var(&ko.churn, "churn", 10, "with --soak: pods created, and as many deleted, per second")
+	flag.DurationVar(&ko.interval, "soak-interval", time.Minute, "with --soak: between samples")
+	flag.StringVar(&ko.profileDir, "soak-profiles", "", "with --soak: write the agent's heap profiles at the start, the half-way mark and the end to this directory (go tool pprof)")
+	flag.StringVar(&ko.note, "soak-note", "", "with --soak: a note written with the results (for example what else ran on the machine)")
 	flag.Parse()
+	if ko.duration > 0 {
+		if !flagSet("out") {
+			o.out = "bench/results-soak.json"
+		}
+		// An interrupted soak still stops its agent and control plane
+		// and writes what it sampled.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		r, err := measureSoak(ctx, o, ko)
+		stop()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench soak: %v\n", err)
+			os.Exit(1)
+		}
+		printSoakVerdict(r)
+		if err := writeSoakResults(o.out, ko.note, r); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *stats {
 		if !flagSet("out") {
 			o.out = "bench/results-stats.json"
@@ -197,10 +227,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	var nodeNames []string
 	switch agent {
 	case "nodelet":
-		args = []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench", "--nodes", fmt.Sprint(o.nodes), fmt.Sprintf("-v=%d", o.agentV)}
-		for i := range o.nodes {
-			nodeNames = append(nodeNames, fmt.Sprintf("bench-%d", i))
-		}
+		args, nodeNames = simAgentArgs(o, cp, o.nodes), simNodeNames(o.nodes)
 	case "kwok":
 		logf("kwok: pre-creating %d nodes", o.nodes)
 		if nodeNames, err = cl.createKwokNodes(ctx, o.nodes); err != nil {
@@ -279,6 +306,32 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	r.APIServerCPUSeconds = cp.apiserverCPU()
 	logf("%s: %.2f writes/node/min, %d lease lapses; agent %.1f CPU s, peak RSS %.0f MiB", agent, r.WritesPerNodeMinute, lapses, r.AgentCPUSeconds, r.AgentPeakRSSMiB)
 	return r, nil
+}
+
+// simAgentArgs is the command line of one nodelet agent of n sim nodes,
+// named as simNodeName gives them.
+func simAgentArgs(o options, cp *controlPlane, n int) []string {
+	return []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench",
+		"--nodes", strconv.Itoa(n), fmt.Sprintf("-v=%d", o.agentV)}
+}
+
+// withKubeletAPI adds to an agent's command line the kubelet API on port,
+// its serving certificate under the control plane's directory and client
+// certificates of the control plane's CA (adminClient's).
+func withKubeletAPI(args []string, cp *controlPlane, port int) []string {
+	return append(args, "--root-dir", filepath.Join(cp.dir, "nodelet"), "--enable-server", "--port", strconv.Itoa(port),
+		"--client-ca-file", filepath.Join(cp.dir, "pki", "ca.crt"))
+}
+
+// simNodeName is the name nodelet gives sim node i of the bench's agent.
+func simNodeName(i int) string { return fmt.Sprintf("bench-%d", i) }
+
+func simNodeNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = simNodeName(i)
+	}
+	return names
 }
 
 func kwokStages(dir string) ([]string, error) {

@@ -74,9 +74,6 @@ type statsResult struct {
 	TopPods  int `json:"topPods"`
 }
 
-// statsNodeName is the name nodelet gives node i of the --stats agent.
-func statsNodeName(i int) string { return fmt.Sprintf("bench-%d", i) }
-
 // measureStats runs one sim agent of so.nodes nodes serving the kubelet
 // API, each node on its own loopback address, with so.pods pods, and
 // measures it with and without metrics-server scraping it.
@@ -124,14 +121,8 @@ func measureStats(ctx context.Context, o options, so statsOptions) (statsResult,
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return r, err
 	}
-	args := []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--config", configPath,
-		"--node-name", "bench", "--nodes", strconv.Itoa(so.nodes), "--root-dir", filepath.Join(cp.dir, "nodelet"),
-		"--enable-server", "--port", strconv.Itoa(port), "--client-ca-file", filepath.Join(cp.dir, "pki", "ca.crt"),
-		fmt.Sprintf("-v=%d", o.agentV)}
-	nodeNames := make([]string, so.nodes)
-	for i := range nodeNames {
-		nodeNames[i] = statsNodeName(i)
-	}
+	args := append(withKubeletAPI(simAgentArgs(o, cp, so.nodes), cp, port), "--config", configPath)
+	nodeNames := simNodeNames(so.nodes)
 	logf("stats: starting nodelet with %d nodes on %s, kubelet API port %d", so.nodes, addresses, port)
 	start := time.Now()
 	proc, err := startAgent(cp.dir, "nodelet-stats", args)
@@ -455,7 +446,7 @@ func timeEndpoints(ctx context.Context, cpDir string, port, nodes, sample int) (
 		if err := json.Unmarshal(body, &summary); err != nil {
 			return t, fmt.Errorf("%s/stats/summary: %w", base, err)
 		}
-		if want := statsNodeName(i); summary.Node.NodeName != want {
+		if want := simNodeName(i); summary.Node.NodeName != want {
 			return t, fmt.Errorf("%s/stats/summary is node %q's, want %q's", base, summary.Node.NodeName, want)
 		}
 		t.summary.ms, t.summary.bytes = append(t.summary.ms, ms), t.summary.bytes+len(body)
@@ -496,24 +487,33 @@ func cpuProfile(ctx context.Context, cpDir string, port int, d time.Duration, pa
 		return err
 	}
 	defer transport.CloseIdleConnections()
-	url := fmt.Sprintf("https://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("cpu profile: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("cpu profile: %s", resp.Status)
-	}
-	data, err := io.ReadAll(resp.Body)
+	data, err := agentGet(ctx, client, port, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())))
 	if err != nil {
 		return fmt.Errorf("cpu profile: %w", err)
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+// agentGet reads a path of the agent's kubelet API on loopback.
+func agentGet(ctx context.Context, client *http.Client, port int, path string) ([]byte, error) {
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("get %s: %s", url, resp.Status)
+	}
+	return data, nil
 }
 
 // timedGet reads url and times it from having a connection to the end of
