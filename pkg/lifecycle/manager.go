@@ -241,6 +241,7 @@ func (m *Manager) doLoad() error {
 		w.failReason, w.failMessage = s.FailReason, s.FailMessage
 		w.sandbox = byUID[s.Pod.UID]
 		delete(byUID, s.Pod.UID)
+		w.seedStatus()
 		m.mu.Lock()
 		m.pods[key(s.Pod.Namespace, s.Pod.Name)] = w
 		m.byUID[s.Pod.UID] = w

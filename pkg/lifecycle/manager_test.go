@@ -52,7 +52,13 @@ func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) {
 	if r.down.Load() {
 		return nil, errors.New("runtime not answering")
 	}
-	return nil, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Sandbox
+	for _, sb := range r.sandboxes {
+		out = append(out, sb)
+	}
+	return out, nil
 }
 
 func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbox, error) {
@@ -195,6 +201,7 @@ type lifecycleFixture struct {
 	rt     *fakeRuntime
 	probes *ProbeMetrics
 	ops    *RuntimeMetrics
+	stop   func() // ends its Run, as the agent's exit
 
 	mu       sync.Mutex
 	statuses map[string]corev1.PodStatus
@@ -202,9 +209,14 @@ type lifecycleFixture struct {
 
 func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 	t.Helper()
+	return startLifecycleFixture(t, &fakeRuntime{ips: podIPs, sandboxes: map[types.UID]*fakeSandbox{}}, t.TempDir())
+}
+
+// startLifecycleFixture runs a manager over rt with root as its root
+// directory: a second one over the same is the agent restarted.
+func startLifecycleFixture(t *testing.T, rt *fakeRuntime, root string) *lifecycleFixture {
+	t.Helper()
 	client := fake.NewClientset()
-	root := t.TempDir()
-	rt := &fakeRuntime{ips: podIPs, sandboxes: map[types.UID]*fakeSandbox{}}
 	probes, ops := NewProbeMetrics(), NewRuntimeMetrics()
 	m, err := New(Parts{
 		Probes:         probes,
@@ -229,12 +241,13 @@ func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 	})
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
+	f.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	t.Cleanup(f.stop)
 	return f
 }
 
@@ -342,6 +355,33 @@ func TestSidecarRunsBesideTheApp(t *testing.T) {
 		return slices.Equal(ev, []string{"start side", "start init", "start app", "stop side"}) && s.Phase == corev1.PodSucceeded,
 			fmt.Sprint(ev, s.Phase)
 	})
+}
+
+// A restarted agent reports an adopted pod as it runs from the first
+// answer: never the Pending placeholder of a new pod, which would take the
+// pod back from Running to Pending in the API.
+func TestAdoptedPodNeverReportsPending(t *testing.T) {
+	rt, root := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}, t.TempDir()
+	first := startLifecycleFixture(t, rt, root)
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := first.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := first.status("p")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	first.stop()
+
+	second := startLifecycleFixture(t, rt, root)
+	pods, err := second.m.GetPods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 || pods[0].Status.Phase != corev1.PodRunning || len(pods[0].Status.ContainerStatuses) != 1 ||
+		pods[0].Status.ContainerStatuses[0].State.Running == nil || !pods[0].Status.ContainerStatuses[0].Ready {
+		t.Fatalf("the restarted agent's first answer: %+v", pods)
+	}
 }
 
 // A runtime that does not answer when the agent starts delays the adoption

@@ -152,6 +152,32 @@ func newPodWorker(deps *workerDeps, owner workerOwner, pod *corev1.Pod, startTim
 
 func (w *podWorker) start() { go w.run(w.deps.ctx) }
 
+// seedStatus computes an adopted pod's status from the runtime's records
+// before anything reads it: a restarted agent reports the containers that
+// run, never the placeholder of a new pod (a Running pod going back to
+// Pending in the API until the worker's first step). A running container
+// is started and ready as its probes begin: at once without probes.
+func (w *podWorker) seedStatus() {
+	w.mu.Lock()
+	if w.sandbox != nil {
+		cs := append(append([]corev1.Container(nil), w.pod.Spec.InitContainers...), w.pod.Spec.Containers...)
+		for i := range cs {
+			c := &cs[i]
+			if st, ok := w.sandbox.Container(c.Name); ok && st.State == StateRunning {
+				state := w.containerLocked(c.Name)
+				state.started = c.StartupProbe == nil
+				state.ready = c.ReadinessProbe == nil && state.started
+			}
+		}
+	}
+	v := w.viewLocked()
+	w.mu.Unlock()
+	s := podStatus(v)
+	w.mu.Lock()
+	w.status = s
+	w.mu.Unlock()
+}
+
 func (w *podWorker) kick() {
 	select {
 	case w.kickCh <- struct{}{}:
