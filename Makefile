@@ -271,7 +271,9 @@ vet:
 
 # test: unit and end-to-end tests; the e2e tests start their own control plane.
 test: build vet
+	@rm -f $(LOCAL)/reliability.md
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
+	@if [ -f $(LOCAL)/reliability.md ]; then echo; echo "RELIABILITY (test/chaos)"; cat $(LOCAL)/reliability.md; fi
 
 unit:
 	$(GO) test $$($(GO) list ./... | grep -v /test/e2e)

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const rolloutReplicas = 200
@@ -158,15 +157,8 @@ func criContainers(t *testing.T, n *node) []string {
 	if n == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	list, err := criRT.RuntimeClient().ListContainers(ctx, &runtimeapi.ListContainersRequest{
-		Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"nodelet.io/node": n.name}}})
-	if err != nil {
-		t.Fatalf("list containers: %v", err)
-	}
 	var out []string
-	for _, c := range list.Containers {
+	for _, c := range runtimeContainers(t, n.name) {
 		out = append(out, fmt.Sprintf("%s/%d %s", c.Id, c.Metadata.GetAttempt(), c.State))
 	}
 	slices.Sort(out)

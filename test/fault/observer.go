@@ -168,7 +168,7 @@ func (o *Observer) pod(p *corev1.Pod) {
 		return
 	}
 	if phaseRank[p.Status.Phase] < phaseRank[old.Status.Phase] {
-		o.count(&o.c.StatusRegressions, "pod %s: phase %s after %s", p.Name, p.Status.Phase, old.Status.Phase)
+		o.count(&o.c.StatusRegressions, "pod %s: phase %s after %s (%s)", p.Name, p.Status.Phase, old.Status.Phase, stateSummary(p))
 	}
 	before := map[string]corev1.ContainerStatus{}
 	for _, s := range allStatuses(old) {
@@ -184,6 +184,22 @@ func (o *Observer) pod(p *corev1.Pod) {
 			o.count(&o.c.ContainersRestarted, "pod %s container %s: ID %s after %s, restartCount unchanged", p.Name, s.Name, s.ContainerID, b.ContainerID)
 		}
 	}
+}
+
+// stateSummary says in a few words what the pod's containers do.
+func stateSummary(p *corev1.Pod) string {
+	var out []string
+	for _, s := range allStatuses(p) {
+		switch {
+		case s.State.Running != nil:
+			out = append(out, s.Name+" running")
+		case s.State.Terminated != nil:
+			out = append(out, fmt.Sprintf("%s terminated %d %s", s.Name, s.State.Terminated.ExitCode, s.State.Terminated.Reason))
+		case s.State.Waiting != nil:
+			out = append(out, fmt.Sprintf("%s waiting %s %s", s.Name, s.State.Waiting.Reason, s.State.Waiting.Message))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
