@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // etcHostsPath is where containers find the hosts file, and where the node
@@ -26,6 +28,9 @@ func needsHostsFile(pod *corev1.Pod, podIPs []string) bool {
 // callers default to etcHostsPath) with the pod's host aliases; for any
 // other pod, the file managedHostsFile builds.
 func podHostsFile(pod *corev1.Pod, podIPs []string, clusterDomain, nodeHostsPath string) ([]byte, error) {
+	if err := checkHostAliases(pod.Spec.HostAliases); err != nil {
+		return nil, err
+	}
 	if pod.Spec.HostNetwork {
 		node, err := os.ReadFile(nodeHostsPath)
 		if err != nil {
@@ -72,6 +77,25 @@ func hostNetworkHostsFile(node []byte, aliases []corev1.HostAlias) []byte {
 	b.Write(node)
 	writeHostAliases(&b, aliases)
 	return b.Bytes()
+}
+
+// checkHostAliases refuses host aliases the API would refuse: an address
+// that is no IP, a name that is no DNS subdomain. The API checks the pods
+// it stores, but not static pods, and an alias written as given could add
+// or replace any entry of the file ("x\n10.0.0.1 kubernetes").
+func checkHostAliases(aliases []corev1.HostAlias) error {
+	for i, a := range aliases {
+		path := field.NewPath("spec", "hostAliases").Index(i)
+		if errs := validation.IsValidIPForLegacyField(path.Child("ip"), a.IP, false, nil); len(errs) > 0 {
+			return errs[0]
+		}
+		for j, name := range a.Hostnames {
+			if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+				return field.Invalid(path.Child("hostnames").Index(j), name, strings.Join(msgs, "; "))
+			}
+		}
+	}
+	return nil
 }
 
 // writeHostAliases appends the section of a pod's host aliases, one line
