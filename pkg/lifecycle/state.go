@@ -53,7 +53,9 @@ func (s stateStore) remove(uid types.UID) error {
 }
 
 // load reads every pod state; bad files are reported through skip and
-// left alone.
+// left alone. A state must be that of the pod its file is named for: save
+// and remove find the file by the pod's UID, and another UID ("../x")
+// would make them write and remove another file.
 func (s stateStore) load(skip func(path string, err error)) ([]*podState, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -70,10 +72,15 @@ func (s stateStore) load(skip func(path string, err error)) ([]*podState, error)
 			return nil, fmt.Errorf("read pod state: %w", err)
 		}
 		var st podState
-		if err := json.Unmarshal(data, &st); err != nil || st.Pod == nil {
-			if err == nil {
-				err = errors.New("no pod")
-			}
+		err = json.Unmarshal(data, &st)
+		switch {
+		case err != nil:
+		case st.Pod == nil:
+			err = errors.New("no pod")
+		case string(st.Pod.UID)+".json" != e.Name():
+			err = fmt.Errorf("holds the state of pod uid %q", st.Pod.UID)
+		}
+		if err != nil {
 			skip(path, err)
 			continue
 		}
