@@ -103,6 +103,15 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
+// exitRecorded tells whether the attempt in dir has an exit record that
+// reads. One that does not (a crash of the machine can leave it empty, as
+// it is not synced) is as good as none: the attempt is finalized again
+// rather than seen running for ever.
+func exitRecorded(dir string) bool {
+	var rec exitRecord
+	return readJSON(filepath.Join(dir, exitFile), &rec) == nil
+}
+
 // attempts lists the attempt numbers recorded for a container, ascending.
 func attempts(containerDir string) []int {
 	entries, err := os.ReadDir(containerDir)

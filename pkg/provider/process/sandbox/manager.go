@@ -172,8 +172,7 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 		return s, nil
 	}
 	dir := m.podDir(spec.UID)
-	var rec sandboxRecord
-	err := readJSON(filepath.Join(dir, sandboxFile), &rec)
+	rec, err := readRecord(dir, spec.UID)
 	if err != nil && !isNotExist(err) {
 		return nil, err
 	}
@@ -329,7 +328,7 @@ func (m *Manager) adopt(ctx context.Context, dir string, rec sandboxRecord) *San
 	m.mu.Unlock()
 	for _, name := range s.containerNames() {
 		for _, a := range attempts(filepath.Join(dir, containersDir, name)) {
-			if !exists(filepath.Join(s.attemptDir(name, a), exitFile)) {
+			if !exitRecorded(s.attemptDir(name, a)) {
 				s.watch(ctx, name, a)
 			}
 		}
@@ -376,14 +375,35 @@ func (m *Manager) load(ctx context.Context, uid types.UID) (*Sandbox, error) {
 	if s != nil {
 		return s, nil
 	}
-	var rec sandboxRecord
-	if err := readJSON(filepath.Join(m.podDir(uid), sandboxFile), &rec); err != nil {
+	rec, err := readRecord(m.podDir(uid), uid)
+	if err != nil {
 		if isNotExist(err) {
 			return nil, nil
 		}
 		return nil, err
 	}
 	return m.adopt(ctx, m.podDir(uid), rec), nil
+}
+
+// readRecord reads the sandbox record in dir, the directory of the pod
+// uid. A record of another pod, or naming a cgroup other than the pod's
+// own, is an error: the agent adopts the sandbox by the record's UID, and
+// kills every process of the record's cgroups and removes them with the
+// pod.
+func readRecord(dir string, uid types.UID) (sandboxRecord, error) {
+	var rec sandboxRecord
+	if err := readJSON(filepath.Join(dir, sandboxFile), &rec); err != nil {
+		return sandboxRecord{}, err
+	}
+	if rec.Spec.UID != uid {
+		return sandboxRecord{}, fmt.Errorf("%s: the record of pod %q", filepath.Join(dir, sandboxFile), rec.Spec.UID)
+	}
+	for _, cg := range rec.Cgroups {
+		if cg != filepath.Clean(cg) || !strings.HasPrefix(cg, cgroupRoot+"/") || filepath.Base(cg) != "pod"+string(uid) {
+			return sandboxRecord{}, fmt.Errorf("%s: cgroup %q is not the pod's", filepath.Join(dir, sandboxFile), cg)
+		}
+	}
+	return rec, nil
 }
 
 // RemoveSandbox kills every process of the pod, waits for them to end and
@@ -406,8 +426,8 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 		s.mu.Unlock()
 	}
 	dir := m.podDir(uid)
-	var rec sandboxRecord
-	if err := readJSON(filepath.Join(dir, sandboxFile), &rec); err != nil && !isNotExist(err) {
+	rec, err := readRecord(dir, uid)
+	if err != nil && !isNotExist(err) {
 		return err
 	}
 	// Killing PID 1 of the pod's PID namespace kills all of the pod.

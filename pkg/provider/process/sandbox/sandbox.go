@@ -279,7 +279,7 @@ func (s *Sandbox) finalize(name string, attempt int) {
 	s.mu.Unlock()
 	dir := s.attemptDir(name, attempt)
 	path := filepath.Join(dir, exitFile)
-	if removed || exists(path) || !exists(dir) {
+	if removed || exitRecorded(dir) || !exists(dir) {
 		return
 	}
 	var start startRecord
