@@ -217,7 +217,8 @@ run: build bin/metrics-server $(RUN_DEPS)
 			echo "containerd already running"; \
 		else \
 			rm -f $(LOCAL)/cri-endpoint; \
-			nohup bin/criup --images $(IMAGES_DIR) --registry bin/images --endpoint-file $(LOCAL)/cri-endpoint > $(LOCAL)/criup.log 2>&1 & echo $$! > $(LOCAL)/criup.pid; \
+			nohup bin/criup --images $(IMAGES_DIR) --registry bin/images --endpoint-file $(LOCAL)/cri-endpoint \
+				--dir-file $(LOCAL)/cri-dir > $(LOCAL)/criup.log 2>&1 & echo $$! > $(LOCAL)/criup.pid; \
 		fi; \
 		for i in $$(seq 1 120); do [ -s $(LOCAL)/cri-endpoint ] && break; sleep 1; done; \
 		[ -s $(LOCAL)/cri-endpoint ] || { echo "containerd not ready; see $(LOCAL)/criup.log"; exit 1; }; \
@@ -313,10 +314,18 @@ SOAK_ARGS ?= --soak 60m --nodes 5000 --pods 10000 --churn 10
 soak: build
 	$(GO) run ./bench $(SOAK_ARGS) --out bench/results-soak.json
 
-# clean: delete the sample workload (its processes outlive the agent by
-# design), stop what make run started, remove binaries and the local cluster.
+# clean: end everything make run started and remove bin/ and .local/, from
+# whatever state make run or make stop left. While the control plane and
+# the agent run, the sample is deleted first, its pods stopped gracefully.
+# Then hack/teardown stops the agent, containerd and the control plane (by
+# their pid files), removes the process provider's sandboxes (which outlive
+# the agent by design), ends every other process that runs from .local/ or
+# from criup's containerd directory, unmounts what is mounted below them
+# and removes them without ever descending into a mount.
 clean:
-	-@[ -f $(LOCAL)/controlplane/ready ] && $(KUBECTL) delete deployment sample --ignore-not-found --wait=true --timeout=60s && \
-		$(KUBECTL) wait --for=delete pod -l app=sample --timeout=60s 2>/dev/null; true
-	@$(MAKE) --no-print-directory stop
-	rm -rf bin $(LOCAL)
+	-@if [ -f $(LOCAL)/controlplane/ready ] && [ -f $(LOCAL)/nodelet.pid ] && kill -0 $$(cat $(LOCAL)/nodelet.pid) 2>/dev/null; then \
+		$(KUBECTL) delete deployment sample --ignore-not-found --wait=true --timeout=60s && \
+		$(KUBECTL) wait --for=delete pod -l app=sample --timeout=60s 2>/dev/null; \
+	fi; true
+	$(GO) run ./hack/teardown --dir $(LOCAL) --process-root $(LOCAL)/nodelet --cri-dir-file $(LOCAL)/cri-dir
+	rm -rf bin

@@ -4,7 +4,9 @@
 // CNI bridge and subnet) that mirrors registry.k8s.io and docker.io to it.
 // It writes the containerd endpoint to --endpoint-file once both serve,
 // and on SIGINT or SIGTERM stops containerd (removing its pods, network
-// and files) and the registry.
+// and files) and the registry. --dir-file records containerd's directory
+// (outside make run's, where socket paths stay short enough), so that
+// make clean finds what criup leaves when it is killed.
 package main
 
 import (
@@ -35,6 +37,7 @@ func run() error {
 	images := flag.String("images", ".local/images", "the images directory of make images")
 	registryBin := flag.String("registry", "bin/images", "the registry binary")
 	endpointFile := flag.String("endpoint-file", "", "where to write containerd's CRI endpoint once it serves (required)")
+	dirFile := flag.String("dir-file", "", "where to write the directory of containerd's root, state and sockets")
 	flag.Parse()
 	if *endpointFile == "" {
 		return errors.New("--endpoint-file is required")
@@ -42,7 +45,9 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	dir, err := os.MkdirTemp("", "nodelet-criup-")
+	// Beside the endpoint file, in make run's directory, so that make clean
+	// removes it if criup is killed.
+	dir, err := os.MkdirTemp(filepath.Dir(*endpointFile), "criup-")
 	if err != nil {
 		return err
 	}
@@ -68,9 +73,16 @@ func run() error {
 	defer func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "criup: stop containerd:", err)
+		} else if *dirFile != "" {
+			os.Remove(*dirFile)
 		}
 		os.Remove(*endpointFile)
 	}()
+	if *dirFile != "" {
+		if err := atomicfile.Write(*dirFile, []byte(env.Dir()+"\n"), atomicfile.Options{Perm: 0o644}); err != nil {
+			return err
+		}
+	}
 	if err := atomicfile.Write(*endpointFile, []byte(env.Endpoint()+"\n"), atomicfile.Options{Perm: 0o644}); err != nil {
 		return err
 	}

@@ -320,10 +320,12 @@ func podCgroup(qos corev1.PodQOSClass, uid types.UID) string {
 	return "/nodelet/besteffort/pod" + string(uid)
 }
 
-// removePodCgroups removes the pod's cgroup (of whichever QoS class) from
+// RemovePodCgroups removes the pod's cgroup (of whichever QoS class) from
 // every hierarchy: the runtime removes only the containers' and the
-// sandbox's below it. Once its containers are gone it is empty.
-func removePodCgroups(uid types.UID) error {
+// sandbox's below it. Once its containers are gone it is empty. The
+// provider removes it with the pod; make clean (hack/teardown) removes
+// those of the pods an agent no longer running left.
+func RemovePodCgroups(uid types.UID) error {
 	hierarchies, err := mountinfo.CgroupHierarchies()
 	if err != nil {
 		return err
@@ -349,7 +351,7 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.sandboxes, uid)
 	r.mu.Unlock()
-	if err := removePodCgroups(uid); err != nil {
+	if err := RemovePodCgroups(uid); err != nil {
 		return err
 	}
 	logDirs, _ := filepath.Glob(filepath.Join(r.node.PodLogsDir, "*_"+string(uid)))
