@@ -108,8 +108,9 @@ func removeDir(dir string) error {
 }
 
 // load reads the records an earlier agent left: the published volumes of
-// every pod and the staged volumes of the node. Unreadable records are
-// logged and left alone.
+// every pod and the staged volumes of the node. Unreadable records, and
+// those whose paths are not their own directory's, are logged and left
+// alone.
 func (m *Manager) load() {
 	m.loadOnce.Do(func() {
 		logger := m.logger
@@ -125,11 +126,15 @@ func (m *Manager) load() {
 		defer m.mu.Unlock()
 		for _, path := range pods {
 			var rec publishRecord
-			if err := readRecord(path, &rec); err != nil || rec.UniqueName == "" || rec.TargetPath == "" {
+			volDir := filepath.Dir(path)
+			err := readRecord(path, &rec)
+			if err == nil && !samePath(rec.TargetPath, filepath.Join(volDir, targetName)) {
+				err = fmt.Errorf("target %q is not the one beside the record", rec.TargetPath)
+			}
+			if err != nil || rec.UniqueName == "" || rec.TargetPath == "" {
 				logger.Error(err, "Ignoring an unreadable record of a published CSI volume", "file", path)
 				continue
 			}
-			volDir := filepath.Dir(path)
 			uid := types.UID(filepath.Base(filepath.Dir(filepath.Dir(filepath.Dir(volDir)))))
 			pv := m.podLocked(uid)
 			pv.published[filepath.Base(volDir)] = &rec
@@ -137,7 +142,11 @@ func (m *Manager) load() {
 		}
 		for _, path := range staged {
 			var rec stageRecord
-			if err := readRecord(path, &rec); err != nil || rec.UniqueName == "" || rec.StagingPath == "" {
+			err := readRecord(path, &rec)
+			if dir := m.stagingDir(rec.Driver, rec.VolumeHandle); err == nil && (!samePath(filepath.Dir(path), dir) || !samePath(rec.StagingPath, filepath.Join(dir, stagingName))) {
+				err = fmt.Errorf("staging path %q is not the one of driver %q and handle %q", rec.StagingPath, rec.Driver, rec.VolumeHandle)
+			}
+			if err != nil || rec.UniqueName == "" || rec.StagingPath == "" {
 				logger.Error(err, "Ignoring an unreadable record of a staged CSI volume", "file", path)
 				continue
 			}
@@ -145,6 +154,15 @@ func (m *Manager) load() {
 		}
 		logger.V(2).Info("Loaded CSI volume records", "published", len(pods), "staged", len(m.staged))
 	})
+}
+
+// samePath tells whether a and b name the same path once absolute. The
+// paths in a record must be those of the record's own directory: the
+// driver is asked to unmount them, and they are removed with the record.
+func samePath(a, b string) bool {
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
 }
 
 // podLocked returns the volumes of a pod, registering it.
