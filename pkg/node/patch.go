@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -28,18 +29,26 @@ var nodePatchMeta = func() strategicpatch.LookupPatchMeta {
 // change nothing. It is three-way: the original is the status recorded in
 // current's LastAppliedAnnotation (none when absent), so it removes what
 // nodelet applied before and no longer wants, and keeps what others wrote.
-// The patch records want in the annotation, and carries current's
-// resourceVersion so that it fails with a Conflict on a newer Node.
+// The conditions nodelet wants are its own whole: their original is as
+// current has them, so that a field someone added to one, or that a lost
+// record hid, is removed too. The patch records want in the annotation, and
+// carries current's resourceVersion so that it fails with a Conflict on a
+// newer Node.
 func statusPatch(want *corev1.NodeStatus, current *corev1.Node) ([]byte, error) {
-	original := []byte("{}")
-	if last := lastApplied(current); last != nil {
-		var err error
-		if original, err = appliedNode(last); err != nil {
-			return nil, err
-		}
+	base := lastApplied(current)
+	if base == nil {
+		base = &corev1.NodeStatus{}
+	}
+	base.Conditions = ownConditions(base.Conditions, current.Status.Conditions, want.Conditions)
+	original, err := appliedNode(base)
+	if err != nil {
+		return nil, err
 	}
 	modified, err := appliedNode(want)
 	if err != nil {
+		return nil, err
+	}
+	if modified, err = keepEmptied(original, modified); err != nil {
 		return nil, err
 	}
 	currentJSON, err := json.Marshal(current)
@@ -95,6 +104,68 @@ func appliedNode(status *corev1.NodeStatus) ([]byte, error) {
 		return nil, fmt.Errorf("marshal node status: %w", err)
 	}
 	return data, nil
+}
+
+// ownConditions is the original of the conditions: those applied last
+// that nodelet no longer wants, and those it wants as current has them.
+func ownConditions(applied, current, wanted []corev1.NodeCondition) []corev1.NodeCondition {
+	wants := map[corev1.NodeConditionType]bool{}
+	for _, c := range wanted {
+		wants[c.Type] = true
+	}
+	var out []corev1.NodeCondition
+	for _, c := range applied {
+		if !wants[c.Type] {
+			out = append(out, c)
+		}
+	}
+	for _, c := range current {
+		if wants[c.Type] {
+			out = append(out, c)
+			delete(wants, c.Type) // the first of a type is the one a patch finds
+		}
+	}
+	return out
+}
+
+// keepEmptied writes into modified, empty, each status list or map that
+// original has and modified leaves out. A three-way patch removes a field
+// the original has and the modified lacks as a whole, with what others
+// wrote in it (their conditions, their extended resources); an empty one
+// makes it remove only the entries nodelet applied.
+func keepEmptied(original, modified []byte) ([]byte, error) {
+	var orig struct {
+		Status map[string]json.RawMessage `json:"status"`
+	}
+	if err := json.Unmarshal(original, &orig); err != nil {
+		return nil, fmt.Errorf("decode applied node status: %w", err)
+	}
+	var fields map[string]any
+	dec := json.NewDecoder(bytes.NewReader(modified))
+	dec.UseNumber() // int64s stay exact
+	if err := dec.Decode(&fields); err != nil {
+		return nil, fmt.Errorf("decode node status: %w", err)
+	}
+	status, ok := fields["status"].(map[string]any)
+	if !ok {
+		return modified, nil
+	}
+	changed := false
+	for key, value := range orig.Status {
+		if _, ok := status[key]; ok {
+			continue
+		}
+		switch {
+		case bytes.HasPrefix(value, []byte("[")):
+			status[key], changed = []any{}, true
+		case bytes.HasPrefix(value, []byte("{")):
+			status[key], changed = map[string]any{}, true
+		}
+	}
+	if !changed {
+		return modified, nil
+	}
+	return json.Marshal(fields)
 }
 
 // lastApplied is the status recorded in node's LastAppliedAnnotation, or
