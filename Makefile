@@ -279,6 +279,20 @@ test: build vet
 unit:
 	$(GO) test $$($(GO) list ./... | grep -v /test/e2e)
 
+# fuzz: every fuzz target of the repository (func FuzzX in a _test.go file)
+# for FUZZTIME each, one after the other on one core; the first failure
+# stops it, its input in the package's testdata/fuzz. The seed corpora run
+# with the unit tests already.
+FUZZTIME ?= 5m
+.PHONY: fuzz
+fuzz:
+	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' cmd internal pkg | sort); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "== $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel 1 ./$$(dirname $$file); \
+		done; \
+	done
+
 e2e: build
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/e2e/
 
