@@ -19,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 
 	"github.com/nodelet/nodelet/internal/fuzzcheck"
@@ -127,8 +128,9 @@ func logQuery(req logRequest) url.Values {
 // query asked for them, within bounds; and the answer is not larger than a
 // constant plus the request.
 //
-// WebSocket requests are left out: they are translated through the
-// loopback, which needs a connection, not a recorder.
+// WebSocket requests are not served (their handlers hijack the connection,
+// which a recorder has not): only the ports a WebSocket port-forward asks
+// for in its query are checked.
 func FuzzRequest(f *testing.F) {
 	for _, seed := range [][3]string{
 		{"GET", "/containerLogs/ns/p1/c?tailLines=3&limitBytes=4", ""},
@@ -145,6 +147,7 @@ func FuzzRequest(f *testing.F) {
 		{"POST", "/attach/ns/p1/uid-1/c?stdout=1&tty=1&stderr=1", "Connection: Upgrade\r\nUpgrade: SPDY/3.1"},
 		{"POST", "/portForward/ns/p2?port=80,0", "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: portforward.k8s.io"},
 		{"GET", "/portForward/ns/p1?port=80", "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-Websocket-Protocol: v4.channel.k8s.io"},
+		{"GET", "/portForward/ns/p1?port=80,65535&port=0&port=70000", "Connection: Upgrade\r\nUpgrade: websocket"},
 		{"GET", "/pods", ""},
 		{"HEAD", "/healthz", ""},
 		{"DELETE", "/exec/ns/p1/c", ""},
@@ -158,7 +161,21 @@ func FuzzRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, method, target, header string) {
 		raw := method + " " + target + " HTTP/1.1\r\nHost: node-a\r\n" + header + "\r\n\r\n"
 		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
-		if err != nil || wsstream.IsWebSocketRequest(r) {
+		if err != nil {
+			return
+		}
+		if wsstream.IsWebSocketRequest(r) {
+			// The ports of a WebSocket port-forward are in the query.
+			if opts, err := portforward.NewV4Options(r); err == nil {
+				if len(opts.Ports) > len(raw) {
+					t.Errorf("%d ports from a request of %d bytes", len(opts.Ports), len(raw))
+				}
+				for _, p := range opts.Ports {
+					if p < 1 || p > 65535 {
+						t.Errorf("port %d from query %q", p, r.URL.RawQuery)
+					}
+				}
+			}
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
