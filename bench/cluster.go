@@ -349,62 +349,24 @@ func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
 	return time.Since(last.t).Seconds(), nil
 }
 
-// leaseCheckInterval is how often the node Leases are read for lapses.
-const leaseCheckInterval = 5 * time.Second
-
 // steady counts mutating API requests and lease lapses over d.
 func (c *cluster) steady(ctx context.Context, d time.Duration) (writes int, lapses int, err error) {
-	before, err := c.mutatingRequests(ctx)
+	lw, err := c.watchLapses(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	var lc lapseCounter
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		if err := lc.check(ctx, c.client); err != nil {
-			return 0, 0, err
-		}
-		time.Sleep(leaseCheckInterval)
+	before, err := c.mutatingRequests(ctx)
+	if err != nil {
+		lw.stop()
+		return 0, 0, err
 	}
+	time.Sleep(d) // the measurement window
+	lapses = lw.stop()
 	after, err := c.mutatingRequests(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	return after - before, lc.lapses, nil
-}
-
-// lapseCounter counts lease lapses: a Lease seen with a renewTime older
-// than its duration. One renewTime lapses once however often it is seen;
-// a Lease that is renewed and lapses again counts again.
-type lapseCounter struct {
-	lapses   int
-	lapsedAt map[string]time.Time // lease name → the renewTime that lapsed
-}
-
-// check reads every node Lease once, from the apiserver's cache.
-func (lc *lapseCounter) check(ctx context.Context, client kubernetes.Interface) error {
-	leases, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		return fmt.Errorf("list node leases: %w", err)
-	}
-	if lc.lapsedAt == nil {
-		lc.lapsedAt = map[string]time.Time{}
-	}
-	now := time.Now()
-	for _, l := range leases.Items {
-		if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-			continue
-		}
-		renewed := l.Spec.RenewTime.Time
-		if now.Sub(renewed) <= time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second {
-			continue
-		}
-		if at, ok := lc.lapsedAt[l.Name]; !ok || !at.Equal(renewed) {
-			lc.lapsedAt[l.Name] = renewed
-			lc.lapses++
-		}
-	}
-	return nil
+	return after - before, lapses, nil
 }
 
 // mutatingRequests sums the apiserver's counters of writes to nodes,

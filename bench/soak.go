@@ -47,7 +47,9 @@ type soakSample struct {
 	HeapInUseMiB float64 `json:"heapInUseMiB"`
 	Goroutines   int     `json:"goroutines"`
 	AgentCores   float64 `json:"agentCores"`
-	LeaseLapses  int     `json:"leaseLapsesSoFar"`
+	// LeaseLapses is the lapses that have ended so far; the last sample
+	// adds the Leases still lapsed at the end (lapseWatch).
+	LeaseLapses int `json:"leaseLapsesSoFar"`
 	// WritesPerNodeMinute counts what the steady state counts: writes to
 	// nodes, leases, pods and events, the bench's own creates and deletes
 	// (BenchWritesPerNodeMinute) included.
@@ -214,15 +216,18 @@ func measureSoak(ctx context.Context, o options, so soakOptions) (soakResult, er
 	return r, nil
 }
 
-// soakSamples samples the soak every interval until its end, and checks
-// the Leases in between. It stops early, interrupted, when ctx ends.
+// soakSamples samples the soak every interval until its end, counting
+// lease lapses throughout. It stops early, interrupted, when ctx ends.
 func soakSamples(ctx context.Context, so soakOptions, cl *cluster, ch *churner, agent agentProbe, nodes int, proc *process) ([]soakSample, bool, error) {
 	sp, err := newSoakSampler(ctx, cl, ch, agent, nodes)
 	if err != nil {
 		return nil, false, err
 	}
+	lw, err := cl.watchLapses(ctx)
+	if err != nil {
+		return nil, false, err
+	}
 	markIndex := soakMarkIndex(so)
-	var lc lapseCounter
 	var samples []soakSample
 	end := sp.start.Add(so.duration)
 	fmt.Printf("%7s %8s %8s %6s %6s %8s %6s %7s %7s %6s %8s %6s %6s %5s\n",
@@ -232,21 +237,23 @@ func soakSamples(ctx context.Context, so soakOptions, cl *cluster, ch *churner, 
 		if until.After(end) || end.Sub(until) < so.interval/2 {
 			until = end
 		}
-		for time.Now().Before(until) {
-			if err := lc.check(ctx, cl.client); err != nil && ctx.Err() == nil {
-				logf("soak: %v", err)
-			}
-			select {
-			case <-ctx.Done():
-				return samples, true, nil
-			case <-time.After(min(leaseCheckInterval, time.Until(until))):
-			}
+		select {
+		case <-ctx.Done():
+			lw.stop()
+			return samples, true, nil
+		case <-time.After(time.Until(until)):
 		}
 		if !proc.alive() {
+			lw.stop()
 			return samples, false, fmt.Errorf("the agent exited during the soak (log %s)", proc.logPath)
 		}
+		final := !until.Before(end)
 		s := sp.take(ctx)
-		s.LeaseLapses = lc.lapses
+		if final {
+			s.LeaseLapses = lw.stop()
+		} else {
+			s.LeaseLapses = lw.count()
+		}
 		samples = append(samples, s)
 		fmt.Printf("%7.2f %8.1f %8.1f %6d %6d %8.2f %6.2f %7d %7d %6d %8.3f %6d %6.2f %5.2f\n",
 			s.Minute, s.RSSMiB, s.HeapInUseMiB, s.Goroutines, s.LeaseLapses, s.WritesPerNodeMinute, s.BenchWritesPerNodeMinute,
@@ -254,7 +261,7 @@ func soakSamples(ctx context.Context, so soakOptions, cl *cluster, ch *churner, 
 		if k == markIndex && so.profileDir != "" {
 			agent.saveHeapProfile(ctx, so.profileDir, "mark")
 		}
-		if !until.Before(end) {
+		if final {
 			return samples, false, nil
 		}
 	}
@@ -402,7 +409,7 @@ func printSoakVerdict(r soakResult) {
 	if v.MarkMinute == 0 {
 		fmt.Printf("memory:  not judged: no sample after the half-way mark\n")
 	} else {
-		fmt.Printf("memory:  RSS %.1f MiB at minute %.0f, %.1f–%.1f MiB after it (%+.1f%% … %+.1f%%): %s\n",
+		fmt.Printf("memory:  RSS %.1f MiB at minute %g, %.1f–%.1f MiB after it (%+.1f%% … %+.1f%%): %s\n",
 			v.MarkRSSMiB, v.MarkMinute, v.MinRSSAfterMarkMiB, v.MaxRSSAfterMarkMiB,
 			(v.MinRSSAfterMarkMiB/v.MarkRSSMiB-1)*100, (v.MaxRSSAfterMarkMiB/v.MarkRSSMiB-1)*100, okWord(v.MemoryFlat, "flat", "NOT flat"))
 		fmt.Printf("         heap in use %.1f MiB at the mark, %.1f at the end; goroutines %d at the mark, at most %d after\n",

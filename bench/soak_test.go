@@ -4,6 +4,10 @@ import (
 	"maps"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestSoakMarkIndex(t *testing.T) {
@@ -83,5 +87,23 @@ apiserver_request_total{code="201",resource="pods",verb="POST"} 452
 	want := map[string]float64{"go_goroutines": 163, "go_memstats_heap_inuse_bytes": 52428800, "apiserver_request_total": 452}
 	if !maps.Equal(got, want) {
 		t.Errorf("scanSamples = %v, want %v", got, want)
+	}
+}
+
+func TestLapseWatchGaps(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 1, 0, 0, 0, time.UTC)
+	lease := func(renewed time.Duration) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+			RenewTime:            &metav1.MicroTime{Time: t0.Add(renewed)},
+			LeaseDurationSeconds: ptr.To[int32](40),
+		}}
+	}
+	var w lapseWatch
+	w.onUpdate(lease(0), lease(10*time.Second))              // renewed in time
+	w.onUpdate(lease(10*time.Second), lease(10*time.Second)) // another field changed
+	w.onUpdate(lease(10*time.Second), lease(50*time.Second)) // 40 s: just in time
+	w.onUpdate(lease(50*time.Second), lease(91*time.Second)) // 41 s: lapsed
+	if got := w.count(); got != 1 {
+		t.Errorf("lapses = %d, want 1", got)
 	}
 }
