@@ -372,7 +372,10 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		}
 		logger.Error(err, "Starting container failed")
 		w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
-		return 0 // recorded as exited: the restart policy decides
+		// A runtime that records the failure as an exit wakes the worker;
+		// one that went away during the call (the container may not even
+		// exist) never will: look again after a while in any case.
+		return retryAfter
 	}
 	logger.V(2).Info("Started container", "attempt", attempt)
 	w.kick() // look again at once: its probes start, the next container may follow

@@ -37,6 +37,9 @@ type fakeRuntime struct {
 	down atomic.Bool
 	// noResize makes UpdateResources unsupported, as the process runtime.
 	noResize bool
+	// unreachable fails as many container starts as the runtime went
+	// away during: an error, no record of the attempt, no exit to tell.
+	unreachable atomic.Int32
 	// crash names containers that exit 1 as soon as they start.
 	crash map[string]bool
 	// readLogs, when set, is every sandbox's ReadLogs.
@@ -135,6 +138,11 @@ func (s *fakeSandbox) Previous(name string) (ContainerStatus, bool) {
 }
 
 func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
+	if s.rt.unreachable.Load() > 0 {
+		s.rt.unreachable.Add(-1)
+		s.rt.record("unreachable " + spec.Container.Name)
+		return errors.New("rpc error: code = Unavailable desc = error reading from server: EOF")
+	}
 	st := ContainerStatus{
 		Name: spec.Container.Name, Attempt: spec.Attempt, ID: fmt.Sprintf("fake://%s/%d", spec.Container.Name, spec.Attempt),
 		State: StateRunning, StartedAt: time.Now(),
@@ -354,6 +362,22 @@ func TestSidecarRunsBesideTheApp(t *testing.T) {
 		s := f.status("side")
 		return slices.Equal(ev, []string{"start side", "start init", "start app", "stop side"}) && s.Phase == corev1.PodSucceeded,
 			fmt.Sprint(ev, s.Phase)
+	})
+}
+
+// A start that fails with the runtime gone (no attempt recorded, no exit
+// told) is tried again: the worker once waited for an event that never
+// came, leaving the pod ContainerCreating for good.
+func TestStartLostWithTheRuntimeIsRetried(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	f.rt.unreachable.Store(1)
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning, fmt.Sprint(s.Phase, f.rt.recorded())
 	})
 }
 

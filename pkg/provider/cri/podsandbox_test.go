@@ -2,13 +2,16 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criapitesting "k8s.io/cri-api/pkg/apis/testing"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 )
@@ -107,4 +110,55 @@ func TestStaleListAndQuickExit(t *testing.T) {
 	if got := told(); !slices.Equal(got, []string{"app"}) {
 		t.Errorf("exits told after a second refresh: %v, want app once", got)
 	}
+}
+
+// eventsOnce is a runtime whose container event stream breaks at once the
+// first time and stays open afterwards; it counts the streams followed.
+type eventsOnce struct {
+	*criapitesting.FakeRuntimeService
+	mu      sync.Mutex
+	streams int
+}
+
+func (r *eventsOnce) GetContainerEvents(ctx context.Context, _ chan *runtimeapi.ContainerEventResponse, _ func(runtimeapi.RuntimeService_GetContainerEventsClient)) error {
+	r.mu.Lock()
+	r.streams++
+	n := r.streams
+	r.mu.Unlock()
+	if n == 1 {
+		return errors.New("rpc error: code = Unavailable desc = error reading from server: EOF")
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (r *eventsOnce) followed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.streams
+}
+
+// A broken event stream (the runtime restarted) is followed again: the
+// watcher once stayed stuck on the closed stream, kicking relists in a
+// tight loop and never seeing another event.
+func TestContainerEventsFollowedAgainAfterABreak(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rs := &eventsOnce{FakeRuntimeService: criapitesting.NewFakeRuntimeService()}
+	clk := testingclock.NewFakeClock(time.Now())
+	rt := &criRuntime{conn: &connection{runtime: rs}, clock: clk, sandboxes: map[types.UID]*criSandbox{}, relistNow: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	go func() { rt.watchEvents(ctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for rs.followed() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the event stream was followed %d times, want it followed again after it broke", rs.followed())
+		}
+		if clk.HasWaiters() {
+			clk.Step(5 * time.Second)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }

@@ -105,7 +105,10 @@ func (r *criRuntime) watchEvents(ctx context.Context) {
 				defer close(done)
 				for {
 					select {
-					case <-ch:
+					case _, ok := <-ch:
+						if !ok {
+							return // the stream ended: follow it again
+						}
 						r.kick()
 					case <-ctx.Done():
 						return
