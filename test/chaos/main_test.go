@@ -235,7 +235,7 @@ func startAgent(t *testing.T, nodeName string, o agentOptions) *node {
 			t.Errorf("agent %s: %v", nodeName, err)
 		}
 		if t.Failed() && n.Log != "" {
-			t.Logf("nodelet log for %s (%s):\n%s", nodeName, n.Log, lastLines(n.LogText(), 60))
+			t.Logf("nodelet log for %s (%s):\n%s", nodeName, n.Log, lastLines(n.LogText(), 80))
 		}
 		ctx := context.Background()
 		for _, name := range n.names() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/test/fault"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,7 @@ func simPod(ns, name, node string) *corev1.Pod {
 }
 
 // token tells a process pod's processes apart on the host (pgrep -f).
-func token(ns, name string) string { return "chaos-token-" + ns + "-" + name }
+func token(ns, name string) string { return "chaos-token-" + ns + "-" + name + "." }
 
 // processPod is a process-provider pod whose shell appends a line to
 // out/<name> each time it starts and then runs until stopped, with its
@@ -105,8 +106,11 @@ func waitRunning(t *testing.T, ns string, timeout time.Duration, names ...string
 		}
 		var waiting []string
 		for _, n := range names {
-			if p := pods[n]; p == nil || !isRunning(p) {
-				waiting = append(waiting, n)
+			switch p := pods[n]; {
+			case p == nil:
+				waiting = append(waiting, n+" (not in the API)")
+			case !isRunning(p):
+				waiting = append(waiting, fmt.Sprintf("%s (%s: %s)", n, p.Status.Phase, fault.StateSummary(p)))
 			}
 		}
 		return len(waiting) == 0, fmt.Sprintf("not running: %v", head(waiting, 5))

@@ -168,7 +168,7 @@ func (o *Observer) pod(p *corev1.Pod) {
 		return
 	}
 	if phaseRank[p.Status.Phase] < phaseRank[old.Status.Phase] {
-		o.count(&o.c.StatusRegressions, "pod %s: phase %s after %s (%s)", p.Name, p.Status.Phase, old.Status.Phase, stateSummary(p))
+		o.count(&o.c.StatusRegressions, "pod %s: phase %s after %s (%s)", p.Name, p.Status.Phase, old.Status.Phase, StateSummary(p))
 	}
 	before := map[string]corev1.ContainerStatus{}
 	for _, s := range allStatuses(old) {
@@ -186,8 +186,8 @@ func (o *Observer) pod(p *corev1.Pod) {
 	}
 }
 
-// stateSummary says in a few words what the pod's containers do.
-func stateSummary(p *corev1.Pod) string {
+// StateSummary says in a few words what the pod's containers do.
+func StateSummary(p *corev1.Pod) string {
 	var out []string
 	for _, s := range allStatuses(p) {
 		switch {

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -325,9 +328,12 @@ func podCgroup(qos corev1.PodQOSClass, uid types.UID) string {
 
 // RemovePodCgroups removes the pod's cgroup (of whichever QoS class) from
 // every hierarchy: the runtime removes only the containers' and the
-// sandbox's below it. Once its containers are gone it is empty. The
-// provider removes it with the pod; make clean (hack/teardown) removes
-// those of the pods an agent no longer running left.
+// sandbox's below it. Once its containers are gone it is empty — unless the
+// runtime lost one (killed while it started it): what still runs below the
+// pod's cgroup is then killed and its cgroups removed, deepest first, as
+// the kubelet does when it destroys a pod's cgroup. The provider removes it
+// with the pod; make clean (hack/teardown) removes those of the pods an
+// agent no longer running left.
 func RemovePodCgroups(uid types.UID) error {
 	hierarchies, err := mountinfo.CgroupHierarchies()
 	if err != nil {
@@ -336,13 +342,50 @@ func RemovePodCgroups(uid types.UID) error {
 	var errs []error
 	for _, h := range hierarchies {
 		for _, qos := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-			dir := filepath.Join(h, podCgroup(qos, uid))
-			if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := removeCgroupTree(filepath.Join(h, podCgroup(qos, uid))); err != nil {
 				errs = append(errs, fmt.Errorf("remove pod cgroup: %w", err))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeCgroupTree removes a cgroup and those below it, killing what runs
+// in them first. A cgroup that is gone is not an error.
+func removeCgroupTree(dir string) error {
+	if err := os.Remove(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	for _, d := range dirs {
+		data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	// Killed processes leave their cgroups a moment later.
+	var err error
+	for range 50 {
+		err = nil
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if e := os.Remove(dirs[i]); e != nil && !errors.Is(e, fs.ErrNotExist) {
+				err = e
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
 }
 
 // RemoveSandbox stops and removes every sandbox of the pod with its
