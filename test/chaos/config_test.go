@@ -19,6 +19,7 @@ import (
 // agent, restarted after each exit as systemd would, must roll back to its
 // last-known-good config and say why in ConfigOK.
 func TestConfigRollbackUnderFaults(t *testing.T) {
+	holdHost(t)
 	prefix := name("config")
 	a := startAgent(t, prefix, agentOptions{provider: "sim"})
 	waitReady(t, time.Minute, a)

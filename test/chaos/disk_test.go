@@ -21,6 +21,7 @@ import (
 // serving the pods it runs, restarts on the full disk without reading
 // anything half-written, and recovers once space is freed.
 func TestRootDirFull(t *testing.T) {
+	holdHost(t)
 	if !isRoot() {
 		t.Skip("mounting a tmpfs and the process provider need root")
 	}

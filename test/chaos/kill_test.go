@@ -23,6 +23,7 @@ import (
 // exactly: no orphan sandbox, no pod stuck terminating, no container
 // started twice.
 func TestAgentKilledDuringBursts(t *testing.T) {
+	holdHost(t)
 	if !isRoot() {
 		t.Skip("the process provider needs root")
 	}
@@ -107,6 +108,7 @@ func TestAgentKilledDuringBursts(t *testing.T) {
 // no container runs twice, and the exit of one that ended meanwhile is not
 // lost.
 func TestRuntimeKilledDuringStarts(t *testing.T) {
+	holdHost(t)
 	env := criEnv(t)
 	prefix := name("runtime")
 	a := startAgent(t, prefix, agentOptions{provider: "cri", extra: []string{"--container-runtime-endpoint", env.Endpoint(),

@@ -109,6 +109,18 @@ func repoRoot() (string, error) {
 	}
 }
 
+// holdHost takes the machine's test lock for the rest of the test: each
+// scenario loads the host, which tests of other binaries that measure it
+// must not see (fault.LockHost).
+func holdHost(t *testing.T) {
+	t.Helper()
+	unlock, err := fault.LockHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+}
+
 // eventually polls cond every 200ms until it holds, and fails the test if
 // it still does not after timeout; cond's message says what it saw last.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {

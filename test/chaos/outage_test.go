@@ -29,6 +29,7 @@ func TestEtcdKilledDuringRollout(t *testing.T) {
 }
 
 func outageDuringRollout(t *testing.T, component string, down time.Duration) {
+	holdHost(t)
 	prefix := name(component)
 	sim := startAgent(t, prefix+"-sim", agentOptions{provider: "sim", nodes: 20, extra: []string{"--node-labels", "chaos/pool=" + prefix}})
 	agents := []*node{sim}

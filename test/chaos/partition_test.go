@@ -18,6 +18,7 @@ import (
 // during the partition lands after it; pods keep running throughout; the
 // nodes go NotReady at the grace period and Ready again after.
 func TestPartitionDuringChurn(t *testing.T) {
+	holdHost(t)
 	prefix := name("partition")
 	proxy, kubeconfig, err := fault.ProxyKubeconfig(cp.Kubeconfig(), t.TempDir())
 	if err != nil {

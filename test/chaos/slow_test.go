@@ -11,6 +11,7 @@ import (
 // TestSlowAPIKeepsLeases: for 5 minutes every request of an agent of 1,000
 // sim nodes reaches the API server 2 seconds late. Not one lease may lapse.
 func TestSlowAPIKeepsLeases(t *testing.T) {
+	holdHost(t)
 	const nodes, delay, span = 1000, 2 * time.Second, 5 * time.Minute
 	prefix := name("slow")
 	proxy, kubeconfig, err := fault.ProxyKubeconfig(cp.Kubeconfig(), t.TempDir())

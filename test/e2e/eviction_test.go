@@ -18,6 +18,7 @@ import (
 // lasts; both clear once the memory is free again. Not parallel: the
 // threshold is relative to the host's memory, which other tests would move.
 func TestProcessMemoryEviction(t *testing.T) {
+	holdHost(t)
 	node := uniqueName(t)
 	a := startProcessNodelet(t, node)
 	s, err := summaryOf(t, node)

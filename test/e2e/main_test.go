@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 var (
@@ -213,6 +215,19 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// holdHost takes the machine's test lock for the rest of the test, for a
+// test that measures the host's memory or CPU: the reliability suite,
+// which go test may run beside this one, loads the host only while it does
+// not hold it (fault.LockHost).
+func holdHost(t *testing.T) {
+	t.Helper()
+	unlock, err := fault.LockHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
 }
 
 // randSuffix is 5 random lowercase letters and digits.

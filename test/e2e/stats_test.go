@@ -102,6 +102,7 @@ func topQuantities(args ...string) (cpu, memory int64, err error) {
 // callers without rights are refused.
 func TestProcessStatsAndTop(t *testing.T) {
 	t.Parallel()
+	holdHost(t)
 	node := uniqueName(t)
 	a := startProcessNodelet(t, node)
 	ns := newNamespace(t)
