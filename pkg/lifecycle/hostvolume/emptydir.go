@@ -36,12 +36,13 @@ func setUpEmptyDir(dir string, src *corev1.EmptyDirVolumeSource) error {
 // root is 1777 (sticky), as on the kubelet's nodes, and its size the
 // sizeLimit when there is one. A limit past an int64 is the largest size:
 // Quantity.Value wraps around there (1e19 would be 0, a tmpfs without
-// limit; 9.27e18 a negative size).
+// limit; 9.27e18 a negative size). The approximate value tells, as
+// comparing exactly would compute 10^exponent (minutes for 1e28028080).
 func tmpfsOptions(src *corev1.EmptyDirVolumeSource) string {
 	opts := "mode=1777"
 	if src.SizeLimit != nil && src.SizeLimit.Sign() > 0 {
 		size := src.SizeLimit.Value()
-		if src.SizeLimit.CmpInt64(math.MaxInt64) >= 0 {
+		if src.SizeLimit.AsApproximateFloat64() >= math.MaxInt64 {
 			size = math.MaxInt64
 		}
 		opts += ",size=" + strconv.FormatInt(size, 10)

@@ -263,12 +263,21 @@ func keys(files map[string]file) []string {
 // FuzzTmpfsOptions builds the tmpfs options of a memory emptyDir whose
 // sizeLimit the fuzzer writes. The options are the mode and, for a
 // positive limit, a positive size never smaller than the limit (larger
-// than any tmpfs when the limit is), and nothing else.
+// than any tmpfs when the limit is), and nothing else; building them takes
+// no time, whatever the exponent.
+//
+// Limits with an exponent of more than four digits are left out:
+// apimachinery's ParseQuantity itself can take unbounded time on some
+// (an exponent past an int32, a value below 1n with a large negative
+// exponent), before any of nodelet's code runs.
 func FuzzTmpfsOptions(f *testing.F) {
-	for _, seed := range []string{"", "0", "1", "64Mi", "1.5Gi", "500m", "1e3", "8Ei", "-1Gi", "9223372036854775807"} {
+	for _, seed := range []string{"", "0", "1", "64Mi", "1.5Gi", "500m", "1e3", "8Ei", "-1Gi", "9223372036854775807", "1E9999"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, limit string) {
+		if _, exp, ok := strings.Cut(strings.ToLower(limit), "e"); ok && len(strings.TrimLeft(exp, "+-")) > 4 {
+			return
+		}
 		src := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
 		if limit != "" {
 			q, err := resource.ParseQuantity(limit)
@@ -277,7 +286,11 @@ func FuzzTmpfsOptions(f *testing.F) {
 			}
 			src.SizeLimit = &q
 		}
+		start := time.Now()
 		opts := tmpfsOptions(src)
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("limit %q took %v", limit, d)
+		}
 		rest, ok := strings.CutPrefix(opts, "mode=1777")
 		if !ok {
 			t.Fatalf("options %q do not start with the mode", opts)
@@ -296,4 +309,18 @@ func FuzzTmpfsOptions(f *testing.F) {
 			t.Fatalf("limit %q gives a tmpfs of %d bytes, less than the limit", limit, size)
 		}
 	})
+}
+
+// TestTmpfsOptionsHugeLimit: limits with exponents FuzzTmpfsOptions leaves
+// out, which ParseQuantity reads at once, give the largest size at once
+// (comparing one exactly with an int64 computed 10^28028080 for minutes).
+func TestTmpfsOptionsHugeLimit(t *testing.T) {
+	for _, limit := range []string{"1E28028080", "1E2147483647", "9.5E99999"} {
+		q := resource.MustParse(limit)
+		start := time.Now()
+		opts := tmpfsOptions(&corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &q})
+		if want := "mode=1777,size=" + strconv.FormatInt(math.MaxInt64, 10); opts != want || time.Since(start) > time.Second {
+			t.Errorf("limit %s: options %q after %v, want %q at once", limit, opts, time.Since(start), want)
+		}
+	}
 }
