@@ -44,16 +44,16 @@ func FuzzRecordLoad(f *testing.F) {
 	root := f.TempDir()
 	volDir := (&Manager{opts: Options{RootDir: root}}).volumeDir("uid-1", "vol")
 	stageDir := (&Manager{opts: Options{RootDir: root}}).stagingDir("driver.example.com", "handle-1")
-	f.Fuzz(func(t *testing.T, publish, stage []byte) {
-		if err := os.RemoveAll(root); err != nil {
-			t.Fatal(err)
+	for _, dir := range []string{volDir, stageDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			f.Fatal(err)
 		}
+	}
+	f.Fuzz(func(t *testing.T, publish, stage []byte) {
+		// Loading creates nothing: each run only rewrites the two records.
 		publish = bytes.ReplaceAll(publish, []byte(placeholder), []byte(root))
 		stage = bytes.ReplaceAll(stage, []byte(placeholder), []byte(root))
 		for dir, data := range map[string][]byte{volDir: publish, stageDir: stage} {
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				t.Fatal(err)
-			}
 			if err := os.WriteFile(filepath.Join(dir, recordName), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
