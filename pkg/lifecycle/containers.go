@@ -372,6 +372,15 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		}
 		logger.Error(err, "Starting container failed")
 		w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		if !sb.Ready() {
+			// The sandbox is gone (its process died, say with an agent
+			// killed while it started): the next step sets one up anew.
+			w.mu.Lock()
+			if w.sandbox == sb {
+				w.sandbox = nil
+			}
+			w.mu.Unlock()
+		}
 		// A runtime that records the failure as an exit wakes the worker;
 		// one that went away during the call (the container may not even
 		// exist) never will: look again after a while in any case.

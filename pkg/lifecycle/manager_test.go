@@ -37,6 +37,9 @@ type fakeRuntime struct {
 	down atomic.Bool
 	// noResize makes UpdateResources unsupported, as the process runtime.
 	noResize bool
+	// deadSandboxes makes as many new sandboxes dead from the start: not
+	// ready, refusing containers.
+	deadSandboxes int
 	// unreachable fails as many container starts as the runtime went
 	// away during: an error, no record of the attempt, no exit to tell.
 	unreachable atomic.Int32
@@ -68,6 +71,10 @@ func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb := &fakeSandbox{rt: r, uid: spec.Pod.UID, attempts: map[string][]ContainerStatus{}}
+	if r.deadSandboxes > 0 {
+		r.deadSandboxes--
+		sb.dead = true
+	}
 	r.sandboxes[spec.Pod.UID] = sb
 	return sb, nil
 }
@@ -106,15 +113,16 @@ func (r *fakeRuntime) exit(uid types.UID, name string, code int) bool {
 }
 
 type fakeSandbox struct {
-	rt  *fakeRuntime
-	uid types.UID
+	rt   *fakeRuntime
+	uid  types.UID
+	dead bool
 
 	mu       sync.Mutex
 	attempts map[string][]ContainerStatus
 }
 
 func (s *fakeSandbox) UID() types.UID { return s.uid }
-func (s *fakeSandbox) Ready() bool    { return true }
+func (s *fakeSandbox) Ready() bool    { return !s.dead }
 func (s *fakeSandbox) IPs() []string  { return s.rt.ips }
 
 func (s *fakeSandbox) Container(name string) (ContainerStatus, bool) {
@@ -138,6 +146,9 @@ func (s *fakeSandbox) Previous(name string) (ContainerStatus, bool) {
 }
 
 func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
+	if s.dead {
+		return fmt.Errorf("container %s: pod sandbox: not running", spec.Container.Name)
+	}
 	if s.rt.unreachable.Load() > 0 {
 		s.rt.unreachable.Add(-1)
 		s.rt.record("unreachable " + spec.Container.Name)
@@ -376,6 +387,23 @@ func TestStartLostWithTheRuntimeIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning, fmt.Sprint(s.Phase, f.rt.recorded())
+	})
+}
+
+// A sandbox found dead when a container is to start in it is set up anew:
+// the worker once tried the dead one for good ("pod sandbox: not running").
+func TestDeadSandboxIsSetUpAgain(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	f.rt.mu.Lock()
+	f.rt.deadSandboxes = 1
+	f.rt.mu.Unlock()
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs in a new sandbox", func() (bool, string) {
 		s := f.status("p")
 		return s.Phase == corev1.PodRunning, fmt.Sprint(s.Phase, f.rt.recorded())
 	})
