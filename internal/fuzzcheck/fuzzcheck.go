@@ -13,11 +13,12 @@ import (
 
 // Slack is what Allocated may count for a call beyond what its input
 // costs: the runtime counts small allocations a span (8 KiB and more) at a
-// time, and the first call of a kind in a process fills caches (those of
-// encoding/json, one per type). Bounds on Allocated are Slack plus a
-// multiple of the input's size: they tell unbounded allocation, not a few
-// kilobytes more.
-const Slack = 1 << 20
+// time, so after a garbage collection each size class a call touches
+// counts a whole span, and the first call of a kind in a process fills
+// caches (those of encoding/json, one per type). Bounds on Allocated are
+// Slack plus a multiple of the input's size: they tell unbounded
+// allocation, not a few hundred kilobytes more.
+const Slack = 4 << 20
 
 // Allocated returns the bytes allocated on the heap while f ran, by f and by
 // any goroutine running at the same time (call it where nothing else runs),
