@@ -34,8 +34,10 @@ func simPod(ns, name, node string) *corev1.Pod {
 	return bound(ns, name, node, corev1.Container{Name: "main", Image: "registry.k8s.io/pause:3.10.2"})
 }
 
-// token tells a process pod's processes apart on the host (pgrep -f).
-func token(ns, name string) string { return "chaos-token-" + ns + "-" + name + "." }
+// token tells a process pod's processes apart on the host (pgrep -f, whose
+// pattern is a regular expression): the final "_" keeps p-3's from matching
+// p-30's.
+func token(ns, name string) string { return "chaos-token-" + ns + "-" + name + "_" }
 
 // processPod is a process-provider pod whose shell appends a line to
 // out/<name> each time it starts and then runs until stopped, with its
