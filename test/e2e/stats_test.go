@@ -167,7 +167,9 @@ spec:
 		if err1 != nil || err2 != nil {
 			return false, fmt.Sprintf("%v; %v", err1, err2)
 		}
-		return bc > 700 && bc < 1300 && hm > 180<<20 && hm < 400<<20, fmt.Sprintf("burn %dm, hold %d bytes", bc, hm)
+		// The burner gets what two loaded cores leave it (550m beside the
+		// whole suite): top must show it busy, not how busy.
+		return bc > 300 && bc < 1300 && hm > 180<<20 && hm < 400<<20, fmt.Sprintf("burn %dm, hold %d bytes", bc, hm)
 	})
 	eventually(t, 60*time.Second, "kubectl top node shows the node", func() (bool, string) {
 		c, m, err := topQuantities("node", node)
