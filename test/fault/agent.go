@@ -73,14 +73,6 @@ func (a *Agent) Exited() (bool, error) {
 	}
 }
 
-// PID is the running agent's process ID (0 when it does not run).
-func (a *Agent) PID() int {
-	if !a.Running() {
-		return 0
-	}
-	return a.cmd.Process.Pid
-}
-
 // Kill ends the agent with SIGKILL, as a crash would, and waits for it.
 func (a *Agent) Kill() {
 	if a.done == nil {

@@ -3,7 +3,6 @@ package fault
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -36,17 +35,16 @@ type Observer struct {
 	ns, nodePrefix string
 	cancel         context.CancelFunc
 
-	mu         sync.Mutex
-	c          Counters
-	details    []string
-	deleting   map[string]bool // namespace/name the test deletes
-	pods       map[types.UID]*corev1.Pod
-	renewed    map[string]time.Time // lease → last renewTime seen
-	lapsed     map[string]bool      // lease → counted as lapsed since its last renewal
-	duration   map[string]time.Duration
-	ready      map[string]bool
-	readySince map[string]time.Time // node → when its Ready was last seen turning True
-	onDelete   func(*corev1.Pod)
+	mu       sync.Mutex
+	c        Counters
+	details  []string
+	deleting map[string]bool // namespace/name the test deletes
+	pods     map[types.UID]*corev1.Pod
+	renewed  map[string]time.Time // lease → last renewTime seen
+	lapsed   map[string]bool      // lease → counted as lapsed since its last renewal
+	duration map[string]time.Duration
+	ready    map[string]bool
+	onDelete func(*corev1.Pod)
 }
 
 // Observe starts watching. OnDelete, when set, is called for every pod as
@@ -55,8 +53,7 @@ func Observe(client kubernetes.Interface, ns, nodePrefix string, onDelete func(*
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &Observer{ns: ns, nodePrefix: nodePrefix, cancel: cancel, onDelete: onDelete,
 		deleting: map[string]bool{}, pods: map[types.UID]*corev1.Pod{}, renewed: map[string]time.Time{},
-		lapsed: map[string]bool{}, duration: map[string]time.Duration{}, ready: map[string]bool{},
-		readySince: map[string]time.Time{}}
+		lapsed: map[string]bool{}, duration: map[string]time.Duration{}, ready: map[string]bool{}}
 
 	pods := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
 	nodes := informers.NewSharedInformerFactory(client, 0)
@@ -123,31 +120,6 @@ func (o *Observer) Details() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return append([]string(nil), o.details...)
-}
-
-// NotReady lists the watched nodes whose Ready condition is not True.
-func (o *Observer) NotReady() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []string
-	for n, r := range o.ready {
-		if !r {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// ReadySince is when the node's Ready condition was last seen turning True
-// (zero if it never was, or is not True now).
-func (o *Observer) ReadySince(node string) time.Time {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.ready[node] {
-		return time.Time{}
-	}
-	return o.readySince[node]
 }
 
 func (o *Observer) count(field *int, format string, args ...any) {
@@ -238,13 +210,10 @@ func (o *Observer) node(n *corev1.Node) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	was, seen := o.ready[n.Name]
+	was := o.ready[n.Name]
 	o.ready[n.Name] = ready
-	switch {
-	case was && !ready:
+	if was && !ready {
 		o.count(&o.c.NodesNotReady, "node %s: Ready left True", n.Name)
-	case ready && (!was || !seen):
-		o.readySince[n.Name] = time.Now()
 	}
 }
 
