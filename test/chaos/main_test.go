@@ -119,7 +119,17 @@ func holdHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
+	// Registered first, so run last: after the agents' logs, which are
+	// long, the reason of a failure is repeated where CI shows it.
+	t.Cleanup(func() {
+		if msg, ok := failures.LoadAndDelete(t.Name()); ok && t.Failed() {
+			t.Logf("%s failed: %s", t.Name(), msg)
+		}
+	})
 }
+
+// failures holds, by test name, the last condition eventually gave up on.
+var failures sync.Map
 
 // eventually polls cond every 200ms until it holds, and fails the test if
 // it still does not after timeout; cond's message says what it saw last.
@@ -132,6 +142,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 			return
 		}
 		if time.Now().After(deadline) {
+			failures.Store(t.Name(), fmt.Sprintf("%s: not true after %s; last seen: %s", what, timeout, msg))
 			t.Fatalf("%s: not true after %s; last seen: %s", what, timeout, msg)
 		}
 		time.Sleep(200 * time.Millisecond)

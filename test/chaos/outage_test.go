@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,7 +123,10 @@ spec:
 		if err != nil {
 			return false, err.Error()
 		}
-		return d.Status.AvailableReplicas == rolloutReplicas, fmt.Sprintf("%d of %d available", d.Status.AvailableReplicas, rolloutReplicas)
+		if d.Status.AvailableReplicas == rolloutReplicas {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%d of %d available; %s", d.Status.AvailableReplicas, rolloutReplicas, podSummary(ns))
 	})
 	rollout := time.Since(start)
 
@@ -150,6 +154,43 @@ spec:
 }
 
 func isRoot() bool { return euid == 0 }
+
+// podSummary counts the pods of ns by phase, and the pending ones by why
+// they are not scheduled or not running, for a failure's message.
+func podSummary(ns string) string {
+	list, err := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	counts := map[string]int{}
+	for i := range list.Items {
+		p := &list.Items[i]
+		k := string(p.Status.Phase)
+		if p.DeletionTimestamp != nil {
+			k += "/deleting"
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+				k += "/unscheduled " + c.Reason + ": " + c.Message
+			}
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Waiting != nil {
+				k += "/waiting " + c.State.Waiting.Reason
+			}
+		}
+		if p.Spec.NodeName == "" && len(p.Status.Conditions) == 0 {
+			k += "/not seen by the scheduler"
+		}
+		counts[k]++
+	}
+	var out []string
+	for k, n := range counts {
+		out = append(out, fmt.Sprintf("%d %s", n, k))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
 
 // criContainers are the cri node's containers in the runtime: ID and
 // attempt, sorted.
