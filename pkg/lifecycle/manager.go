@@ -239,6 +239,7 @@ func (m *Manager) doLoad() error {
 	for _, s := range states {
 		w := newPodWorker(m.deps, m, s.Pod, s.StartTime)
 		w.failReason, w.failMessage = s.FailReason, s.FailMessage
+		w.deleting, w.grace, w.final = s.Deleting, s.Grace, s.Final
 		w.sandbox = byUID[s.Pod.UID]
 		delete(byUID, s.Pod.UID)
 		w.seedStatus()

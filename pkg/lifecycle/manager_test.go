@@ -47,6 +47,9 @@ type fakeRuntime struct {
 	crash map[string]bool
 	// readLogs, when set, is every sandbox's ReadLogs.
 	readLogs func(ctx context.Context, opts LogOptions, w io.Writer) error
+	// failRemove makes RemoveSandbox remove the sandbox and fail, as an
+	// agent killed right after the removal: its caller never learns.
+	failRemove atomic.Bool
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -83,6 +86,9 @@ func (r *fakeRuntime) RemoveSandbox(_ context.Context, uid types.UID) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.sandboxes, uid)
+	if r.failRemove.Load() {
+		return errors.New("the agent died here")
+	}
 	return nil
 }
 
@@ -433,6 +439,63 @@ func TestAdoptedPodNeverReportsPending(t *testing.T) {
 	if len(pods) != 1 || pods[0].Status.Phase != corev1.PodRunning || len(pods[0].Status.ContainerStatuses) != 1 ||
 		pods[0].Status.ContainerStatuses[0].State.Running == nil || !pods[0].Status.ContainerStatuses[0].Ready {
 		t.Fatalf("the restarted agent's first answer: %+v", pods)
+	}
+}
+
+// An agent killed while a deleted pod's sandbox is removed, before the
+// pod's state is, leaves the state of a pod without a sandbox. The
+// restarted agent reports the status the pod ended with (not a pending pod
+// with no containers), finishes the termination, and never sets the pod up
+// again.
+func TestDeletionGoesOnAfterRestart(t *testing.T) {
+	rt, root := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}, t.TempDir()
+	first := startLifecycleFixture(t, rt, root)
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := first.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := first.status("p")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	rt.failRemove.Store(true)
+	if err := first.m.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sandbox removed", func() (bool, string) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return len(rt.sandboxes) == 0, fmt.Sprintf("%d sandboxes", len(rt.sandboxes))
+	})
+	first.stop()
+	events := rt.recorded()
+
+	second := startLifecycleFixture(t, rt, root)
+	pods, err := second.m.GetPods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 {
+		t.Fatalf("the restarted agent has %d pods, want the deleted one still terminating", len(pods))
+	}
+	if ph := pods[0].Status.Phase; ph != corev1.PodSucceeded && ph != corev1.PodFailed {
+		t.Fatalf("the restarted agent reports the deleted pod %s, want the phase it ended with", ph)
+	}
+	rt.failRemove.Store(false)
+	eventually(t, "the termination finished", func() (bool, string) {
+		pods, err := second.m.GetPods(context.Background())
+		return err == nil && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
+	})
+	if s := second.status("p"); s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
+		t.Errorf("reported %s, want the phase the pod ended with", s.Phase)
+	}
+	if now := rt.recorded(); !slices.Equal(now, events) {
+		t.Errorf("the restarted agent ran the deleted pod's containers: %v after %v", now[len(events):], events)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.sandboxes) != 0 {
+		t.Errorf("the restarted agent set the deleted pod up again")
 	}
 }
 

@@ -16,12 +16,21 @@ import (
 )
 
 // podState is what survives an agent restart besides the runtime's
-// records: the pod's spec, its start time and why it failed, if it did.
+// records: the pod's spec, its start time, why it failed if it did, and
+// how far its deletion got.
 type podState struct {
 	Pod         *corev1.Pod `json:"pod"`
 	StartTime   time.Time   `json:"startTime"`
 	FailReason  string      `json:"failReason,omitempty"`
 	FailMessage string      `json:"failMessage,omitempty"`
+	// Deleting: the pod is being terminated, within Grace. A restarted
+	// agent goes on terminating it and never starts its containers again.
+	Deleting bool          `json:"deleting,omitempty"`
+	Grace    time.Duration `json:"grace,omitempty"`
+	// Final is the status the terminated pod reports, saved before its
+	// sandbox (with the records it was computed from) is removed: an agent
+	// restarted after that reports it, not a pod with no containers yet.
+	Final *corev1.PodStatus `json:"final,omitempty"`
 }
 
 // stateStore keeps one file per pod, <dir>/<uid>.json.

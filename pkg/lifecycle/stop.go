@@ -145,13 +145,29 @@ func (w *podWorker) terminate(ctx context.Context) error {
 	grace, pod := w.grace, w.pod
 	w.mu.Unlock()
 	w.stopAll(ctx, grace, true)
+	if err := ctx.Err(); err != nil {
+		return err // the agent is stopping: the next one goes on from here
+	}
 	// The final status is computed from the runtime's records, which go
-	// with the sandbox.
+	// with the sandbox: once it is removed, the status computed last is
+	// kept, also for a restarted agent (saved before the removal; a
+	// failure, say a full disk, does not hold the deletion up).
 	w.mu.Lock()
 	w.gone = true
-	v := w.viewLocked()
+	if w.sandbox != nil || w.final == nil {
+		v := w.viewLocked()
+		w.mu.Unlock()
+		s := podStatus(v)
+		w.mu.Lock()
+		w.final = &s
+		w.mu.Unlock()
+		if err := w.deps.states.save(w.state()); err != nil {
+			w.logger(ctx).Error(err, "Saving pod state failed")
+		}
+		w.mu.Lock()
+	}
+	final := *w.final
 	w.mu.Unlock()
-	final := podStatus(v)
 	notGone := func() {
 		w.mu.Lock()
 		w.gone = false
@@ -177,6 +193,9 @@ func (w *podWorker) terminate(ctx context.Context) error {
 		notGone()
 		return fmt.Errorf("remove sandbox: %w", err)
 	}
+	w.mu.Lock()
+	w.sandbox = nil // its records are gone: final is the status from now on
+	w.mu.Unlock()
 	if mounter != nil {
 		if err := mounter.Release(ctx, pod.UID); err != nil {
 			notGone()

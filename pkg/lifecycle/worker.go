@@ -102,6 +102,9 @@ type podWorker struct {
 	deleting bool
 	grace    time.Duration
 	gone     bool
+	// final is the terminated pod's status, computed last before its
+	// sandbox was removed: reported as it is once the sandbox is gone.
+	final *corev1.PodStatus
 
 	// setUpFailures counts the set-ups of CSI volumes that failed in a
 	// row; setUpRetryAt is when the next is due.
@@ -156,9 +159,15 @@ func (w *podWorker) start() { go w.run(w.deps.ctx) }
 // before anything reads it: a restarted agent reports the containers that
 // run, never the placeholder of a new pod (a Running pod going back to
 // Pending in the API until the worker's first step). A running container
-// is started and ready as its probes begin: at once without probes.
+// is started and ready as its probes begin: at once without probes. A
+// deleted pod whose sandbox is already gone reports its final status.
 func (w *podWorker) seedStatus() {
 	w.mu.Lock()
+	if w.final != nil && w.sandbox == nil {
+		w.status = *w.final.DeepCopy()
+		w.mu.Unlock()
+		return
+	}
 	if w.sandbox != nil {
 		cs := append(append([]corev1.Container(nil), w.pod.Spec.InitContainers...), w.pod.Spec.Containers...)
 		for i := range cs {
@@ -188,7 +197,8 @@ func (w *podWorker) kick() {
 func (w *podWorker) state() *podState {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return &podState{Pod: w.pod, StartTime: w.startTime, FailReason: w.failReason, FailMessage: w.failMessage}
+	return &podState{Pod: w.pod, StartTime: w.startTime, FailReason: w.failReason, FailMessage: w.failMessage,
+		Deleting: w.deleting, Grace: w.grace, Final: w.final}
 }
 
 func (w *podWorker) spec() *corev1.Pod {
@@ -234,6 +244,13 @@ func (w *podWorker) delete(grace time.Duration) {
 		w.abortSetUp()
 	}
 	w.mu.Unlock()
+	if first {
+		// Saved before anything stops: an agent killed from here on must
+		// not set the pod up again when it restarts.
+		if err := w.deps.states.save(w.state()); err != nil {
+			klog.FromContext(w.deps.ctx).Error(err, "Saving pod state failed", "pod", klog.KRef(w.namespace, w.name))
+		}
+	}
 	if immediate {
 		select {
 		case <-w.terminateImmediately:
@@ -309,6 +326,10 @@ func (w *podWorker) sync(ctx context.Context) time.Duration {
 // report computes the status and publishes it if it changed.
 func (w *podWorker) report() {
 	w.mu.Lock()
+	if w.final != nil && w.sandbox == nil {
+		w.mu.Unlock()
+		return // the records it came from are gone
+	}
 	v := w.viewLocked()
 	w.mu.Unlock()
 	s := podStatus(v)
