@@ -2,14 +2,19 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/test/fault"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -193,6 +198,101 @@ func TestRuntimeKilledDuringStarts(t *testing.T) {
 	expectNone(t, o, true, false, true, false)
 	report(t, "containerd SIGKILL during container starts", o.Counters(),
 		fmt.Sprintf("%d pods; exit statuses of containers that ended during the outage: %d of %d seen", len(long)+len(exiting), len(exiting)-len(lost), len(exiting)))
+}
+
+// TestProcessSandboxesKilledDuringStarts: the process provider's runtime
+// is each pod's sandbox, the supervisor of its containers. Every sandbox
+// of the node is killed with SIGKILL while containers start. Each pod is
+// set up again: its containers run once more, exactly one copy each, and
+// the exit the kill caused is in their status, not lost.
+func TestProcessSandboxesKilledDuringStarts(t *testing.T) {
+	holdHost(t)
+	if !isRoot() {
+		t.Skip("the process provider needs root")
+	}
+	prefix := name("sandbox")
+	a := startAgent(t, prefix, agentOptions{provider: "process", extra: []string{"--address", "127.0.0.1"}})
+	waitReady(t, time.Minute, a)
+	ns := newNamespace(t, "sandbox")
+	o := observe(t, ns, prefix, nil)
+	out := t.TempDir()
+
+	long := podNames("long", 0, 3)
+	exiting := podNames("exit", 0, 3)
+	for _, n := range long {
+		create(t, processPod(ns, n, a.name, out))
+	}
+	for _, n := range exiting {
+		p := bound(ns, n, a.name, corev1.Container{Name: "main", Image: "nodelet.io/none",
+			Command: []string{"sh", "-c", "sleep 3; exit 3", token(ns, n)}})
+		p.Spec.RestartPolicy = corev1.RestartPolicyNever
+		create(t, p)
+	}
+	eventually(t, 2*time.Minute, "a container started", func() (bool, string) {
+		return len(hostPIDs(token(ns, long[0]))) > 0, "not yet"
+	})
+	started := map[string]bool{}
+	for _, n := range append(slices.Clone(long), exiting...) {
+		started[n] = len(hostPIDs(token(ns, n))) > 0
+	}
+	// The sandboxes are the agent's children's: found by its root
+	// directory on their command lines.
+	sandboxes := hostPIDs("runtime-sandbox " + filepath.Join(a.rootDir, "pods") + "/")
+	if len(sandboxes) == 0 {
+		t.Fatal("no sandbox process found")
+	}
+	for _, pid := range sandboxes {
+		n, _ := strconv.Atoi(pid)
+		if err := syscall.Kill(n, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			t.Fatal(err)
+		}
+	}
+
+	waitRunning(t, ns, 3*time.Minute, long...)
+	var seen int
+	eventually(t, 3*time.Minute, "the exiting pods ended with their exit status", func() (bool, string) {
+		seen = 0
+		var why []string
+		for _, n := range exiting {
+			p, err := client.CoreV1().Pods(ns).Get(context.Background(), n, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if p.Status.Phase != corev1.PodFailed || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Terminated == nil {
+				why = append(why, fmt.Sprintf("%s: %s (%s)", n, p.Status.Phase, fault.StateSummary(p)))
+				continue
+			}
+			// 3 if it ran after the kill, 137 if the kill ended it.
+			if code := p.Status.ContainerStatuses[0].State.Terminated.ExitCode; code != 3 && code != 137 {
+				t.Errorf("pod %s ended with exit code %d, want 3 or 137", n, code)
+			}
+			seen++
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+	pods, _, err := running(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range long {
+		cs := pods[n].Status.ContainerStatuses[0]
+		if started[n] {
+			if last := cs.LastTerminationState.Terminated; cs.RestartCount < 1 || last == nil || last.ExitCode != 137 {
+				t.Errorf("pod %s: restart count %d, last state %+v; want the kill's exit (137) there", n, cs.RestartCount, cs.LastTerminationState)
+			}
+		}
+		if pids := hostPIDs(token(ns, n)); len(pids) != 1 {
+			t.Errorf("pod %s runs %d copies (%v), want 1", n, len(pids), pids)
+		}
+	}
+	for _, n := range exiting {
+		if pids := hostPIDs(token(ns, n)); len(pids) > 0 {
+			t.Errorf("pod %s ended but its processes run: %v", n, pids)
+		}
+	}
+	expectNone(t, o, true, false, true, false)
+	report(t, "process sandboxes SIGKILLed during container starts", o.Counters(),
+		fmt.Sprintf("%d sandboxes killed, %d pods; every pod set up again; exit statuses of the ended pods: %d of %d seen", len(sandboxes), len(long)+len(exiting), seen, len(exiting)))
 }
 
 // runtimeContainers are node's containers in the shared containerd.
