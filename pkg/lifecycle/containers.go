@@ -377,7 +377,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 			// killed while it started): the next step sets one up anew.
 			w.mu.Lock()
 			if w.sandbox == sb {
-				w.sandbox = nil
+				w.sandbox, w.dead = nil, sb
 			}
 			w.mu.Unlock()
 		}

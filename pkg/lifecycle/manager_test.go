@@ -76,7 +76,7 @@ func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbo
 	sb := &fakeSandbox{rt: r, uid: spec.Pod.UID, attempts: map[string][]ContainerStatus{}}
 	if r.deadSandboxes > 0 {
 		r.deadSandboxes--
-		sb.dead = true
+		sb.dead.Store(true)
 	}
 	r.sandboxes[spec.Pod.UID] = sb
 	return sb, nil
@@ -121,14 +121,14 @@ func (r *fakeRuntime) exit(uid types.UID, name string, code int) bool {
 type fakeSandbox struct {
 	rt   *fakeRuntime
 	uid  types.UID
-	dead bool
+	dead atomic.Bool
 
 	mu       sync.Mutex
 	attempts map[string][]ContainerStatus
 }
 
 func (s *fakeSandbox) UID() types.UID { return s.uid }
-func (s *fakeSandbox) Ready() bool    { return !s.dead }
+func (s *fakeSandbox) Ready() bool    { return !s.dead.Load() }
 func (s *fakeSandbox) IPs() []string  { return s.rt.ips }
 
 func (s *fakeSandbox) Container(name string) (ContainerStatus, bool) {
@@ -152,7 +152,7 @@ func (s *fakeSandbox) Previous(name string) (ContainerStatus, bool) {
 }
 
 func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
-	if s.dead {
+	if s.dead.Load() {
 		return fmt.Errorf("container %s: pod sandbox: not running", spec.Container.Name)
 	}
 	if s.rt.unreachable.Load() > 0 {
@@ -230,6 +230,7 @@ type lifecycleFixture struct {
 
 	mu       sync.Mutex
 	statuses map[string]corev1.PodStatus
+	phases   map[string][]corev1.PodPhase // each pod's phases as published, in order
 }
 
 func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
@@ -257,11 +258,14 @@ func startLifecycleFixture(t *testing.T, rt *fakeRuntime, root string) *lifecycl
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &lifecycleFixture{m: m, rt: rt, probes: probes, ops: ops, statuses: map[string]corev1.PodStatus{}}
+	f := &lifecycleFixture{m: m, rt: rt, probes: probes, ops: ops, statuses: map[string]corev1.PodStatus{}, phases: map[string][]corev1.PodPhase{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.NotifyPods(ctx, func(p *corev1.Pod) {
 		f.mu.Lock()
 		f.statuses[p.Name] = p.Status
+		if ph := f.phases[p.Name]; len(ph) == 0 || ph[len(ph)-1] != p.Status.Phase {
+			f.phases[p.Name] = append(ph, p.Status.Phase)
+		}
 		f.mu.Unlock()
 	})
 	done := make(chan error, 1)
@@ -285,14 +289,20 @@ func (f *lifecycleFixture) status(name string) corev1.PodStatus {
 // eventually polls cond until it holds or 10 seconds have passed.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	eventuallyWithin(t, 10*time.Second, what, cond)
+}
+
+// eventuallyWithin is eventually with another deadline.
+func eventuallyWithin(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		ok, msg := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after 10s; last seen: %s", what, msg)
+			t.Fatalf("%s: not true after %s; last seen: %s", what, timeout, msg)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -413,6 +423,48 @@ func TestDeadSandboxIsSetUpAgain(t *testing.T) {
 		s := f.status("p")
 		return s.Phase == corev1.PodRunning, fmt.Sprint(s.Phase, f.rt.recorded())
 	})
+}
+
+// A pod whose sandbox dies (its containers with it) gets a new one at
+// once, and its status spans both: the pod stays Running, the container's
+// exit in the dead sandbox is its last state, and its restarts go on
+// counting in the new one, whose own records start empty (as a CRI
+// runtime's do).
+func TestSandboxDeathKeepsThePodStatus(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	f.rt.mu.Lock()
+	sb := f.rt.sandboxes[pod.UID]
+	f.rt.mu.Unlock()
+	sb.dead.Store(true)
+	if !f.rt.exit(pod.UID, "app", 137) {
+		t.Fatal("the container was not running")
+	}
+	// After the restart back-off (10s).
+	eventuallyWithin(t, time.Minute, "the container running again", func() (bool, string) {
+		s := f.status("p")
+		if len(s.ContainerStatuses) != 1 {
+			return false, fmt.Sprint(s.ContainerStatuses)
+		}
+		cs := s.ContainerStatuses[0]
+		return cs.State.Running != nil && cs.RestartCount == 1, fmt.Sprintf("%+v", cs)
+	})
+	cs := f.status("p").ContainerStatuses[0]
+	if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
+		t.Errorf("last state %+v, want the exit in the dead sandbox (137)", cs.LastTerminationState)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ph := f.phases["p"]; ph[len(ph)-1] != corev1.PodRunning || slices.Index(ph, corev1.PodRunning) != len(ph)-1 {
+		t.Errorf("phases published %v: the pod left Running", ph)
+	}
 }
 
 // A restarted agent reports an adopted pod as it runs from the first

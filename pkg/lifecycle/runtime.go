@@ -183,3 +183,45 @@ type WaitError struct {
 }
 
 func (e *WaitError) Error() string { return fmt.Sprintf("%s: %s", e.Reason, e.Message) }
+
+// replacement is the sandbox set up in place of one that died, with the
+// dead one's records for each container that has not run in it yet: the
+// pod goes on reporting how each container last ended, and its attempts
+// go on counting, as a kubelet's pod status spans the pod's sandboxes.
+type replacement struct {
+	Sandbox
+	dead Sandbox
+}
+
+func (r replacement) Container(name string) (ContainerStatus, bool) {
+	if st, ok := r.Sandbox.Container(name); ok {
+		return st, true
+	}
+	return r.dead.Container(name)
+}
+
+func (r replacement) Previous(name string) (ContainerStatus, bool) {
+	latest, ok := r.Sandbox.Container(name)
+	if !ok {
+		return r.dead.Previous(name)
+	}
+	if st, ok := r.Sandbox.Previous(name); ok {
+		return st, true
+	}
+	// A runtime that keeps a pod's records across its sandboxes has the
+	// dead one's latest as the new one's.
+	if st, ok := r.dead.Container(name); ok && st.Attempt < latest.Attempt {
+		return st, true
+	}
+	return ContainerStatus{}, false
+}
+
+// ReadLogs reads an attempt from the sandbox that ran it.
+func (r replacement) ReadLogs(ctx context.Context, container string, attempt int, opts LogOptions, w io.Writer) error {
+	for _, records := range []func(string) (ContainerStatus, bool){r.Sandbox.Container, r.Sandbox.Previous} {
+		if st, ok := records(container); ok && st.Attempt == attempt {
+			return r.Sandbox.ReadLogs(ctx, container, attempt, opts, w)
+		}
+	}
+	return r.dead.ReadLogs(ctx, container, attempt, opts, w)
+}

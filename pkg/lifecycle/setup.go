@@ -12,12 +12,22 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 )
 
-// setUp prepares the pod's volumes and sandbox once. It reports whether
-// they are ready, and if not when to try again.
+// setUp prepares the pod's volumes and sandbox once, and a sandbox again
+// when it died. It reports whether they are ready, and if not when to try
+// again.
 func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Duration) {
 	w.mu.Lock()
 	paths, sb, retryAt := w.volumePaths, w.sandbox, w.setUpRetryAt
+	died := sb != nil && !sb.Ready()
+	if died {
+		// Set up anew, as the kubelet does; until then the dead one's
+		// records are the pod's.
+		w.sandbox, w.dead, sb = nil, sb, nil
+	}
 	w.mu.Unlock()
+	if died {
+		w.event(corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
+	}
 	if paths != nil && sb != nil {
 		return true, 0
 	}
@@ -39,6 +49,9 @@ func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Dura
 		}
 	}
 	w.mu.Lock()
+	if w.sandbox == nil && w.dead != nil {
+		sb, w.dead = replacement{Sandbox: sb, dead: w.dead}, nil
+	}
 	w.volumePaths, w.sandbox = paths, sb
 	w.setUpFailures, w.setUpRetryAt, w.waitingForVolumes = 0, time.Time{}, false
 	for _, cs := range w.containers {

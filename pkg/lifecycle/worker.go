@@ -102,6 +102,9 @@ type podWorker struct {
 	deleting bool
 	grace    time.Duration
 	gone     bool
+	// dead is the pod's sandbox that died, until one is set up in its
+	// place (which then carries its records: replacement).
+	dead Sandbox
 	// final is the terminated pod's status, computed last before its
 	// sandbox was removed: reported as it is once the sandbox is gone.
 	final *corev1.PodStatus
@@ -355,7 +358,12 @@ func (w *podWorker) viewLocked() *podView {
 		v.podIPs = w.sandbox.IPs()
 	}
 	v.hostNetwork = w.pod.Spec.HostNetwork || (w.sandbox != nil && len(v.podIPs) == 0)
-	appsDone := regularDone(w.pod, w.sandbox)
+	// Until a sandbox that died is replaced, its records are the pod's.
+	records := w.sandbox
+	if records == nil && w.dead != nil {
+		records = w.dead
+	}
+	appsDone := regularDone(w.pod, records)
 	view := func(c *corev1.Container, init bool) containerView {
 		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
 		cs := w.containerLocked(c.Name)
@@ -363,15 +371,15 @@ func (w *podWorker) viewLocked() *podView {
 		// A terminating pod's containers are not ready, as the kubelet
 		// reports them, whatever their readiness probes said last.
 		cv.started, cv.ready, cv.applied = cs.started, cs.ready && !w.deleting, cs.applied
-		if w.sandbox != nil {
-			if st, ok := w.sandbox.Container(c.Name); ok {
+		if records != nil {
+			if st, ok := records.Container(c.Name); ok {
 				cv.latest = &st
 				if st.State == StateExited {
 					cv.final = w.gone || w.failReason != "" || !restarts(w.pod, c, init, st.ExitCode) ||
 						cv.sidecar && appsDone
 				}
 			}
-			if prev, ok := w.sandbox.Previous(c.Name); ok {
+			if prev, ok := records.Previous(c.Name); ok {
 				cv.previous = &prev
 			}
 		}

@@ -248,7 +248,22 @@ func TestProcessSandboxesKilledDuringStarts(t *testing.T) {
 		}
 	}
 
-	waitRunning(t, ns, 3*time.Minute, long...)
+	// Running again: those that had started, once more (after the
+	// restart back-off).
+	eventually(t, 3*time.Minute, "the long pods running again", func() (bool, string) {
+		pods, _, err := running(ns)
+		if err != nil {
+			return false, err.Error()
+		}
+		var waiting []string
+		for _, n := range long {
+			p := pods[n]
+			if p == nil || !isRunning(p) || started[n] && p.Status.ContainerStatuses[0].RestartCount < 1 {
+				waiting = append(waiting, n)
+			}
+		}
+		return len(waiting) == 0, fmt.Sprintf("not running again: %v", waiting)
+	})
 	var seen int
 	eventually(t, 3*time.Minute, "the exiting pods ended with their exit status", func() (bool, string) {
 		seen = 0
