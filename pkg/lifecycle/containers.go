@@ -49,7 +49,9 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 		}
 	}
 
-	appsDone := regularDone(pod, w.sandbox)
+	w.mu.Lock()
+	appsDone := w.regularDoneLocked(pod, w.sandbox)
+	w.mu.Unlock()
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		st, ok := w.sandbox.Container(c.Name)
@@ -67,6 +69,9 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 				if !w.hasStarted(c.Name) {
 					return next
 				}
+			case w.lost(c.Name, st):
+				soonest(w.restartLost(ctx, pod, c, st))
+				return next
 			default:
 				w.syncProbes(ctx, pod, c, st)
 				if !appsDone {
@@ -86,6 +91,9 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 			return next
 		case st.State == StateRunning:
 			w.syncProbes(ctx, pod, c, st)
+			return next
+		case w.lost(c.Name, st):
+			soonest(w.restartLost(ctx, pod, c, st))
 			return next
 		case st.ExitCode == 0:
 			w.syncProbes(ctx, pod, c, st)
@@ -109,6 +117,8 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 			if !w.restartForImage(ctx, pod, c, st) {
 				w.resize(ctx, pod, c, st)
 			}
+		} else if w.lost(c.Name, st) {
+			soonest(w.restartLost(ctx, pod, c, st))
 		} else if restarts(pod, c, false, st.ExitCode) {
 			soonest(w.restartAfterBackOff(ctx, pod, c, st))
 		}
@@ -254,16 +264,16 @@ func isSidecar(c *corev1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
-// regularDone tells whether every app container has exited and will not
-// run again under the pod's restart policy.
-func regularDone(pod *corev1.Pod, sb Sandbox) bool {
+// regularDoneLocked tells whether every app container has exited and will
+// not run again.
+func (w *podWorker) regularDoneLocked(pod *corev1.Pod, sb Sandbox) bool {
 	if sb == nil {
 		return false
 	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		st, ok := sb.Container(c.Name)
-		if !ok || st.State == StateRunning || restarts(pod, c, false, st.ExitCode) {
+		if !ok || st.State == StateRunning || w.runsAgainLocked(pod, c, false, st) {
 			return false
 		}
 	}
@@ -276,6 +286,24 @@ func (w *podWorker) hasStarted(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.containerLocked(name).started
+}
+
+// restartLost stops an attempt the runtime lost track of (in case it still
+// runs: never two copies of a container) and starts the next at once,
+// whatever the restart policy: the attempt did not run as far as anyone
+// knows, as the kubelet has it.
+func (w *podWorker) restartLost(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) time.Duration {
+	w.mu.Lock()
+	sb := w.sandbox
+	w.mu.Unlock()
+	if st.Unknown {
+		w.logger(ctx).Info("The runtime lost track of the container; stopping it and starting it again", "container", c.Name, "attempt", st.Attempt)
+		if err := sb.StopContainer(ctx, c.Name, gracePeriod(pod)); err != nil {
+			w.logger(ctx).Error(err, "Stopping the lost container failed; retrying", "container", c.Name)
+			return retryAfter
+		}
+	}
+	return w.startContainer(ctx, pod, c, st.Attempt+1)
 }
 
 // restartAfterBackOff restarts an exited container once its back-off has

@@ -174,6 +174,23 @@ func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) erro
 	return nil
 }
 
+// lose makes the running attempt of a container one the runtime lost
+// track of, as containerd's CONTAINER_UNKNOWN, and tells the lifecycle.
+func (r *fakeRuntime) lose(uid types.UID, name string) bool {
+	r.mu.Lock()
+	sb := r.sandboxes[uid]
+	r.mu.Unlock()
+	if sb == nil || !sb.end(name, 255) {
+		return false
+	}
+	sb.mu.Lock()
+	list := sb.attempts[name]
+	list[len(list)-1].Unknown, list[len(list)-1].Reason = true, "Unknown"
+	sb.mu.Unlock()
+	r.onExit(uid, name)
+	return true
+}
+
 func (s *fakeSandbox) end(name string, code int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,6 +207,14 @@ func (s *fakeSandbox) end(name string, code int) bool {
 }
 
 func (s *fakeSandbox) StopContainer(_ context.Context, name string, _ time.Duration) error {
+	s.mu.Lock()
+	if list := s.attempts[name]; len(list) > 0 && list[len(list)-1].Unknown {
+		list[len(list)-1].Unknown = false // stopped, it is exited
+		s.mu.Unlock()
+		s.rt.record("stop " + name)
+		return nil
+	}
+	s.mu.Unlock()
 	if s.end(name, 143) {
 		s.rt.record("stop " + name)
 		s.rt.onExit(s.uid, name)
@@ -422,6 +447,41 @@ func TestDeadSandboxIsSetUpAgain(t *testing.T) {
 	eventually(t, "the pod runs in a new sandbox", func() (bool, string) {
 		s := f.status("p")
 		return s.Phase == corev1.PodRunning, fmt.Sprint(s.Phase, f.rt.recorded())
+	})
+}
+
+// A container the runtime lost track of is stopped (it may still run) and
+// started again at once, whatever the restart policy, as the kubelet does:
+// the pod of a container that never restarts goes on to end as its
+// container does, rather than failing with the lost attempt.
+func TestLostContainerIsStartedAgain(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("p", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	if !f.rt.lose(pod.UID, "app") {
+		t.Fatal("the container was not running")
+	}
+	eventually(t, "the container running again", func() (bool, string) {
+		s := f.status("p")
+		cs := s.ContainerStatuses[0]
+		return cs.State.Running != nil && cs.RestartCount == 1, fmt.Sprintf("%s %+v", s.Phase, cs)
+	})
+	if got, want := f.rt.recorded(), []string{"start app", "stop app", "start app"}; !slices.Equal(got, want) {
+		t.Errorf("runtime calls %v, want %v", got, want)
+	}
+	if !f.rt.exit(pod.UID, "app", 3) {
+		t.Fatal("the new attempt was not running")
+	}
+	eventually(t, "the pod failed with its container's exit", func() (bool, string) {
+		s := f.status("p")
+		term := s.ContainerStatuses[0].State.Terminated
+		return s.Phase == corev1.PodFailed && term != nil && term.ExitCode == 3, fmt.Sprintf("%s %+v", s.Phase, s.ContainerStatuses[0].State)
 	})
 }
 

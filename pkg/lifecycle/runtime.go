@@ -143,6 +143,11 @@ type ContainerStatus struct {
 	Reason  string
 	Message string
 	Signal  int
+	// Unknown: the runtime lost track of the attempt (a CRI runtime's
+	// CONTAINER_UNKNOWN); it may even still run. As the kubelet does, it
+	// is stopped and the container started again, whatever the restart
+	// policy.
+	Unknown bool
 }
 
 // StreamIO are the client's ends of an exec or attach session.

@@ -140,6 +140,9 @@ type containerState struct {
 	// first attempt of that image.
 	image       string
 	backOffFrom int
+	// lostAttempt is 1 + the attempt the runtime lost track of (0: none),
+	// kept once the runtime reports it otherwise (a stop makes it exited).
+	lostAttempt int
 	// applied are the resources the running attempt has: the spec's when
 	// it started, then each in-place resize's. Nil when not known (an
 	// attempt the agent did not start): its spec's are assumed.
@@ -363,7 +366,7 @@ func (w *podWorker) viewLocked() *podView {
 	if records == nil && w.dead != nil {
 		records = w.dead
 	}
-	appsDone := regularDone(w.pod, records)
+	appsDone := w.regularDoneLocked(w.pod, records)
 	view := func(c *corev1.Container, init bool) containerView {
 		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
 		cs := w.containerLocked(c.Name)
@@ -375,7 +378,7 @@ func (w *podWorker) viewLocked() *podView {
 			if st, ok := records.Container(c.Name); ok {
 				cv.latest = &st
 				if st.State == StateExited {
-					cv.final = w.gone || w.failReason != "" || !restarts(w.pod, c, init, st.ExitCode) ||
+					cv.final = w.gone || w.failReason != "" || !w.runsAgainLocked(w.pod, c, init, st) ||
 						cv.sidecar && appsDone
 				}
 			}
@@ -406,6 +409,29 @@ func (w *podWorker) containerLocked(name string) *containerState {
 		w.containers[name] = cs
 	}
 	return cs
+}
+
+// runsAgainLocked tells whether the exited attempt st of a container runs
+// again: under the pod's restart policy, or because the runtime lost track
+// of it.
+func (w *podWorker) runsAgainLocked(pod *corev1.Pod, c *corev1.Container, init bool, st ContainerStatus) bool {
+	return w.lostLocked(c.Name, st) || restarts(pod, c, init, st.ExitCode)
+}
+
+// lostLocked tells whether st is an attempt the runtime lost track of, now
+// or when the worker last looked.
+func (w *podWorker) lostLocked(name string, st ContainerStatus) bool {
+	cs := w.containerLocked(name)
+	if st.Unknown {
+		cs.lostAttempt = st.Attempt + 1
+	}
+	return cs.lostAttempt == st.Attempt+1
+}
+
+func (w *podWorker) lost(name string, st ContainerStatus) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lostLocked(name, st)
 }
 
 // restarts tells whether a container that exited with code runs again

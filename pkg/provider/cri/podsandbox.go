@@ -33,6 +33,9 @@ type criSandbox struct {
 	attempt uint32
 	logDir  string
 	created time.Time
+	// since is the runtime's list sequence number when the object was
+	// made: lists begun before it do not judge it.
+	since uint64
 
 	updating sync.Mutex // held by update
 	// listed is the sequence number of the list update last applied.
@@ -130,9 +133,10 @@ func (s *criSandbox) Previous(name string) (lifecycle.ContainerStatus, bool) {
 // update takes the runtime's list of the sandbox's containers, numbered
 // seq by the runtime's listSeq before it was listed, reads the status of
 // those that are new or changed state, and returns the names of the
-// containers that exited since the last update: seen exited now and not
-// before, also when this is the first sight of them (a container that
-// exits at once can be gone from running before any list sees it).
+// containers that exited (or that the runtime lost track of) since the
+// last update: seen so now and not before, also when this is the first
+// sight of them (a container that exits at once can be gone from running
+// before any list sees it).
 func (s *criSandbox) update(ctx context.Context, rs internalapi.RuntimeService, seq uint64, list []*runtimeapi.Container) []string {
 	// One update at a time, and never from a list older than the one
 	// applied: a relist that listed before a container was started must
@@ -163,9 +167,11 @@ func (s *criSandbox) update(ctx context.Context, rs internalapi.RuntimeService, 
 					continue
 				}
 			} else {
-				wasExited := c != nil && c.state == runtimeapi.ContainerState_CONTAINER_EXITED
+				// Told once it exits, and once the runtime loses track of it
+				// (the lifecycle starts it again).
+				changed := c == nil || c.state != st.state
 				c = st
-				if !wasExited && c.state == runtimeapi.ContainerState_CONTAINER_EXITED {
+				if changed && (c.state == runtimeapi.ContainerState_CONTAINER_EXITED || c.state == runtimeapi.ContainerState_CONTAINER_UNKNOWN) {
 					exited = append(exited, name)
 				}
 			}
@@ -215,6 +221,7 @@ func (s *criSandbox) readStatus(ctx context.Context, rs internalapi.RuntimeServi
 	}
 	c.final = st.State == runtimeapi.ContainerState_CONTAINER_EXITED
 	c.status.State = lifecycle.StateExited
+	c.status.Unknown = st.State == runtimeapi.ContainerState_CONTAINER_UNKNOWN
 	c.status.ExitCode = int(st.ExitCode)
 	c.status.FinishedAt = time.Unix(0, st.FinishedAt)
 	if st.StartedAt == 0 {
@@ -442,8 +449,8 @@ func (s *criSandbox) refresh(ctx context.Context, rs internalapi.RuntimeService)
 
 func (s *criSandbox) StopContainer(ctx context.Context, name string, grace time.Duration) error {
 	c := s.latest(name)
-	if c == nil || c.status.State != lifecycle.StateRunning {
-		return nil
+	if c == nil || c.status.State != lifecycle.StateRunning && !c.status.Unknown {
+		return nil // a container the runtime lost track of may still run
 	}
 	rs, _, err := s.rt.conn.services(ctx)
 	if err != nil {

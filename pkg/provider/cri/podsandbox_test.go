@@ -162,3 +162,76 @@ func TestContainerEventsFollowedAgainAfterABreak(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A container the runtime lost track of (CONTAINER_UNKNOWN, as containerd
+// reports a container whose start a restart of it cut short) is told to
+// the lifecycle, marked Unknown, so that it is stopped and started again:
+// before, it was reported as an exit (code 255) of a container that never
+// ran, and a pod that does not restart failed with it.
+func TestLostContainerIsTold(t *testing.T) {
+	ctx := context.Background()
+	rs := criapitesting.NewFakeRuntimeService()
+	rs.SetFakeContainers(fakeContainer(runtimeapi.ContainerState_CONTAINER_RUNNING))
+	rt := &criRuntime{conn: &connection{runtime: rs}, sandboxes: map[types.UID]*criSandbox{}, relistNow: make(chan struct{}, 1)}
+	sb := &criSandbox{rt: rt, uid: "u1", id: "sb1", containers: map[string][]*criContainer{}}
+	list := func() []*runtimeapi.Container {
+		cs, err := rs.ListContainers(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	if told := sb.update(ctx, rs, 1, list()); len(told) != 0 {
+		t.Fatalf("told %v of a running container", told)
+	}
+	lost := fakeContainer(runtimeapi.ContainerState_CONTAINER_UNKNOWN)
+	lost[0].ExitCode, lost[0].Reason = 255, "Unknown"
+	rs.SetFakeContainers(lost)
+	if told := sb.update(ctx, rs, 2, list()); !slices.Equal(told, []string{"app"}) {
+		t.Errorf("told %v, want app", told)
+	}
+	if st, ok := sb.Container("app"); !ok || !st.Unknown || st.State != lifecycle.StateExited {
+		t.Errorf("app: %+v %v, want an exited attempt marked Unknown", st, ok)
+	}
+	// Stopped, it is exited: told once more, no longer Unknown.
+	stopped := fakeContainer(runtimeapi.ContainerState_CONTAINER_EXITED)
+	stopped[0].ExitCode = 255
+	rs.SetFakeContainers(stopped)
+	if told := sb.update(ctx, rs, 3, list()); !slices.Equal(told, []string{"app"}) {
+		t.Errorf("told %v after the stop, want app", told)
+	}
+	if st, _ := sb.Container("app"); st.Unknown {
+		t.Errorf("app still Unknown once exited: %+v", st)
+	}
+}
+
+// A relist whose list of sandboxes was taken before a pod's sandbox was
+// set up must leave that sandbox alone: it dropped it, the next relist
+// made an object of its own for it, and the pod's worker, which holds the
+// one EnsureSandbox returned, never saw its containers' exits again.
+func TestRelistKeepsASandboxSetUpAfterItsList(t *testing.T) {
+	ctx := context.Background()
+	rs := criapitesting.NewFakeRuntimeService()
+	rt := &criRuntime{conn: &connection{runtime: rs}, sandboxes: map[types.UID]*criSandbox{}, relistNow: make(chan struct{}, 1)}
+	labels := map[string]string{labelPodUID: "u1", labelPodName: "p", labelPodNamespace: "ns"}
+
+	listed := rt.listSeq.Add(1) // the relist lists: nothing yet
+	// The sandbox is set up meanwhile (what EnsureSandbox does).
+	set := &criSandbox{rt: rt, uid: "u1", id: "sb1", since: rt.listSeq.Add(1), ready: true, containers: map[string][]*criContainer{}}
+	rt.sandboxes["u1"] = set
+	rt.apply(ctx, rs, listed, nil, rt.listSeq.Add(1), nil)
+	if rt.sandboxes["u1"] != set {
+		t.Fatalf("a list taken before the sandbox was set up dropped it: %v", rt.sandboxes["u1"])
+	}
+	// Nor does a list that shows the pod's sandbox before it replace it.
+	old := &runtimeapi.PodSandbox{Id: "sb0", Labels: labels, State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}
+	rt.apply(ctx, rs, listed, []*runtimeapi.PodSandbox{old}, rt.listSeq.Add(1), nil)
+	if rt.sandboxes["u1"] != set {
+		t.Fatalf("a list taken before the sandbox was set up replaced it with %s", rt.sandboxes["u1"].id)
+	}
+	// A list begun after it judges it: gone from the runtime, it goes.
+	rt.apply(ctx, rs, rt.listSeq.Add(1), nil, rt.listSeq.Add(1), nil)
+	if sb := rt.sandboxes["u1"]; sb != nil {
+		t.Errorf("a sandbox no list shows any more is kept: %s", sb.id)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -147,6 +148,7 @@ func (r *criRuntime) relist(ctx context.Context) error {
 			r.mu.Unlock()
 		}
 	}
+	listed := r.listSeq.Add(1)
 	sandboxes, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: nodeSelector(r.node.NodeName)})
 	if err != nil {
 		return fmt.Errorf("list pod sandboxes: %w", err)
@@ -156,6 +158,16 @@ func (r *criRuntime) relist(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
+	r.apply(ctx, rs, listed, sandboxes, seq, containers)
+	return nil
+}
+
+// apply makes the snapshot what the lists show: the sandboxes listed after
+// the sequence number listed was taken, the containers after seq. A
+// sandbox set up after the list began (numbered after it) may be missing
+// from it, or newer than what it shows: it is kept as it is, never dropped
+// or replaced by an object of its own that its pod's worker would not see.
+func (r *criRuntime) apply(ctx context.Context, rs internalapi.RuntimeService, listed uint64, sandboxes []*runtimeapi.PodSandbox, seq uint64, containers []*runtimeapi.Container) {
 	byPod := map[types.UID][]*runtimeapi.PodSandbox{}
 	for _, s := range sandboxes {
 		ref, err := podRefFromLabels(s.Labels)
@@ -177,8 +189,11 @@ func (r *criRuntime) relist(ctx context.Context) error {
 		sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt > list[j].CreatedAt })
 		s := list[0]
 		sb := r.sandboxes[uid]
+		if sb != nil && sb.id != s.Id && sb.since > listed {
+			continue
+		}
 		if sb == nil || sb.id != s.Id {
-			sb = &criSandbox{rt: r, uid: uid, id: s.Id, created: time.Unix(0, s.CreatedAt), containers: map[string][]*criContainer{}}
+			sb = &criSandbox{rt: r, uid: uid, id: s.Id, since: seq, created: time.Unix(0, s.CreatedAt), containers: map[string][]*criContainer{}}
 			sb.logDir = podLogDir(r.node.PodLogsDir, s.GetMetadata().GetNamespace(), s.GetMetadata().GetName(), uid)
 			r.sandboxes[uid] = sb
 		}
@@ -186,8 +201,8 @@ func (r *criRuntime) relist(ctx context.Context) error {
 		sb.ready = s.State == runtimeapi.PodSandboxState_SANDBOX_READY
 		sb.mu.Unlock()
 	}
-	for uid := range r.sandboxes {
-		if _, ok := byPod[uid]; !ok {
+	for uid, sb := range r.sandboxes {
+		if _, ok := byPod[uid]; !ok && sb.since < listed {
 			delete(r.sandboxes, uid)
 		}
 	}
@@ -206,7 +221,6 @@ func (r *criRuntime) relist(ctx context.Context) error {
 	for i, sb := range exited {
 		r.notifyExits(sb.uid, names[i])
 	}
-	return nil
 }
 
 // notifyExits tells the lifecycle that containers of a pod exited.
@@ -289,7 +303,7 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 		return nil, err
 	}
 	sb := &criSandbox{rt: r, uid: pod.UID, id: id, attempt: attempt, config: cfg, logDir: cfg.LogDirectory,
-		created: r.clock.Now(), ready: true, containers: map[string][]*criContainer{}}
+		since: r.listSeq.Add(1), created: r.clock.Now(), ready: true, containers: map[string][]*criContainer{}}
 	sb.fillIPs(ctx, rs)
 	if needsHostsFile(pod, sb.IPs()) {
 		content, err := podHostsFile(pod, sb.IPs(), r.dns.ClusterDomain, etcHostsPath)
