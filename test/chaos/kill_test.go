@@ -102,9 +102,9 @@ func TestAgentKilledDuringBursts(t *testing.T) {
 }
 
 // TestRuntimeKilledDuringStarts: containerd is killed with SIGKILL while
-// containers start, and started again 8 seconds later. Every pod recovers
-// and no container runs twice; how many exits that happened meanwhile are
-// seen afterwards is counted (all, once the known bug is fixed).
+// containers start, and started again 8 seconds later. Every pod recovers,
+// no container runs twice, and every exit that happened meanwhile is seen
+// afterwards.
 func TestRuntimeKilledDuringStarts(t *testing.T) {
 	holdHost(t)
 	env := criEnv(t)
@@ -141,9 +141,8 @@ func TestRuntimeKilledDuringStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRunning(t, ns, 3*time.Minute, long...)
-	// Known, open: now and then an exit during the outage is not seen
-	// after it (the pod stays Running while the runtime says exited).
-	// Counted and reported in the table until fixed.
+	// Every exit during the outage is seen after it: the pod fails with
+	// its container's exit code.
 	lost := map[string]string{}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -174,7 +173,7 @@ func TestRuntimeKilledDuringStarts(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	for n, why := range lost {
-		t.Logf("exit status of %s not seen (known, open): %s", n, why)
+		t.Errorf("exit status of %s not seen: %s", n, why)
 	}
 	// No container runs twice: a start the runtime's death cut short may
 	// cost an attempt (as it does a kubelet), but never a second running
