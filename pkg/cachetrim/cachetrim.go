@@ -5,8 +5,9 @@
 // What it drops is metadata.managedFields, the server-side apply
 // bookkeeping, often the largest part of a small object. nodelet never
 // reads it, and never sends a cached object back whole: pod and node status
-// go out as patches of status, a Node or a Lease is written from a fresh
-// GET, and an object sent without managedFields keeps the API's anyway.
+// go out as patches of status, a Node is written from a fresh GET and a
+// Lease from the answer to its last write (neither from a cache), and an
+// update that leaves managedFields out keeps the API's anyway.
 // The package owns no informer; it must never drop a field a provider, the
 // downward API or a write reads (labels, annotations, spec, status).
 package cachetrim
