@@ -147,8 +147,12 @@ type Agent struct {
 }
 
 // Run builds the agent and runs it until ctx is done (New, then
-// Agent.Run).
+// Agent.Run), after setting the Go runtime's garbage collector as cfg says
+// (goMemoryLimit, goGCPercent) where GOMEMLIMIT and GOGC are not set.
 func Run(ctx context.Context, creds *Credentials, cfg *config.Config, remote *config.Controller) error {
+	if kv := goRuntimeTuningOf(cfg, os.Getenv).apply(); len(kv) > 0 {
+		klog.FromContext(ctx).Info("Tuned the Go garbage collector", kv...)
+	}
 	a, err := New(creds.Config, cfg, remote)
 	if err != nil {
 		return err
