@@ -113,11 +113,14 @@ func summarizeHeap(r io.Reader, top int) (heapSummary, error) {
 	return s, nil
 }
 
-// rankHeap is the top entries of inUse (bytes by name), largest first.
+// rankHeap is the top entries of inUse (bytes by name), largest first,
+// leaving out what holds nothing.
 func rankHeap(inUse map[string]int64, total int64, top int) []heapEntry {
 	names := make([]string, 0, len(inUse))
-	for name := range inUse {
-		names = append(names, name)
+	for name, n := range inUse {
+		if n > 0 { // allocated, and all of it freed since
+			names = append(names, name)
+		}
 	}
 	sort.Slice(names, func(i, j int) bool {
 		if inUse[names[i]] != inUse[names[j]] {
