@@ -433,6 +433,52 @@ func (c *cluster) requestsByKind(ctx context.Context) (map[string]float64, error
 	return out, err
 }
 
+// podRequests is the apiserver's count so far of the requests on pods by
+// verb, subresource and code ("DELETE pods 404", "PATCH pods/status 200").
+func (c *cluster) podRequests(ctx context.Context) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := c.scanMetrics(ctx, func(name, line string, v float64) {
+		if name != "apiserver_request_total" || labelValue(line, "resource") != "pods" {
+			return
+		}
+		kind := labelValue(line, "verb") + " pods"
+		if sub := labelValue(line, "subresource"); sub != "" {
+			kind += "/" + sub
+		}
+		out[kind+" "+labelValue(line, "code")] += v
+	})
+	return out, err
+}
+
+// deletionRequests is what the agent asked of the API per pod while m pods
+// were deleted, from two counts of podRequests: its status writes, its
+// deletes (the bench's own m graceful deletes left out) and how many of
+// those the API answered 404 (the pod was gone already). The kubelet
+// makes one final status write and one delete.
+func deletionRequests(before, after map[string]float64, m int) (statusWrites, deletes, notFound float64) {
+	if m == 0 {
+		return 0, 0, 0
+	}
+	for kind, n := range after {
+		n -= before[kind]
+		fields := strings.Fields(kind) // verb, resource, code
+		if len(fields) != 3 {
+			continue
+		}
+		switch {
+		case fields[1] == "pods/status" && (fields[0] == "PATCH" || fields[0] == "PUT"):
+			statusWrites += n
+		case fields[1] == "pods" && fields[0] == "DELETE":
+			deletes += n
+			if fields[2] == "404" {
+				notFound += n
+			}
+		}
+	}
+	per := func(n float64) float64 { return roundTo(n/float64(m), 3) }
+	return per(statusWrites), per(deletes - float64(m)), per(notFound)
+}
+
 func isWrite(verb string) bool {
 	return verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE"
 }

@@ -1,6 +1,8 @@
 // Command bench measures nodelet's sim provider against kwok on the local
-// control plane: N nodes Ready, M pods to Running and back, the agent's CPU
-// and memory, and a steady state's API writes and lease lapses. Each agent
+// control plane: N nodes Ready, M pods to Running and back (with the
+// agent's API requests per deleted pod), the agent's CPU and memory (and
+// nodelet's heap profile once every pod runs), and a steady state's API
+// writes and lease lapses. Each agent
 // gets a fresh control plane; the figures are printed as a table with the
 // ratios nodelet/kwok and written as JSON. Run it with `make bench`.
 //
@@ -40,6 +42,9 @@ type options struct {
 	kwokStages  string
 	keep        bool // keep the control plane's directory and the agents' logs
 	agentV      int  // the agents' log verbosity
+	// heapProfile runs nodelet's kubelet API, to take its heap profile
+	// once every pod is Running.
+	heapProfile bool
 	// deployProvider is the provider of the --process-pods node: "sim"
 	// gives the control plane's own share of the start latency.
 	deployProvider string
@@ -70,6 +75,18 @@ type result struct {
 	PodPhaseAgentCores     float64 `json:"podPhaseAgentCores"`
 	PodPhaseWritesPerSec   float64 `json:"podPhasePodWritesPerSecond"`
 	PodPhaseWriteLatencyMs float64 `json:"podPhasePodWriteMeanLatencyMs"`
+
+	// The delete phase, per pod deleted: the agent's status writes and
+	// final deletes (the bench's own graceful delete left out), and how
+	// many of its deletes the API answered 404. The kubelet makes one
+	// status write and one delete.
+	DeleteStatusWritesPerPod float64 `json:"deletePhaseStatusWritesPerPod"`
+	DeleteDeletesPerPod      float64 `json:"deletePhaseAgentDeletesPerPod"`
+	DeleteNotFoundPerPod     float64 `json:"deletePhaseDeletes404PerPod"`
+
+	// HeapAtPodPeak is nodelet's heap profile once every pod is Running
+	// (--heap-profile).
+	HeapAtPodPeak *heapSummary `json:"heapAtPodPeak,omitempty"`
 }
 
 func main() {
@@ -84,6 +101,7 @@ func main() {
 	flag.StringVar(&o.kwokStages, "kwok-stages", "", "kwok's kustomize/stage directory (from its module), for its default fast stages")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the control plane's and agents' logs")
 	flag.IntVar(&o.agentV, "agent-v", 0, "the nodelet agents' log verbosity (-v)")
+	flag.BoolVar(&o.heapProfile, "heap-profile", true, "run nodelet with its kubelet API and take its heap profile once every pod is Running: printed as the top functions and lines, saved beside --out")
 	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
 	flag.StringVar(&o.deployProvider, "process-provider", "process", "with --process-pods: the node's provider (sim measures the control plane alone)")
 	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
@@ -188,6 +206,11 @@ func main() {
 		results = append(results, r)
 	}
 	printTable(os.Stdout, results)
+	for _, r := range results {
+		if r.HeapAtPodPeak != nil {
+			printHeapSummary(os.Stdout, r.Agent, fmt.Sprintf("with %d pods Running on %d nodes", r.Pods, r.Nodes), r.HeapAtPodPeak)
+		}
+	}
 	data, _ := json.MarshalIndent(map[string]any{
 		"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": results,
 	}, "", "  ")
@@ -225,9 +248,23 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 
 	var args []string
 	var nodeNames []string
+	var heap *agentProbe
 	switch agent {
 	case "nodelet":
 		args, nodeNames = simAgentArgs(o, cp, o.nodes), simNodeNames(o.nodes)
+		if o.heapProfile {
+			port, err := freePort()
+			if err != nil {
+				return r, err
+			}
+			client, transport, err := adminClient(cp.dir, time.Minute)
+			if err != nil {
+				return r, err
+			}
+			defer transport.CloseIdleConnections()
+			args = withKubeletAPI(args, cp, port)
+			heap = &agentProbe{port: port, client: client}
+		}
 	case "kwok":
 		logf("kwok: pre-creating %d nodes", o.nodes)
 		if nodeNames, err = cl.createKwokNodes(ctx, o.nodes); err != nil {
@@ -286,11 +323,24 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	logf("%s: pod phase %.1fs: apiserver %.2f cores, agent %.2f cores, %.0f pod writes/s at %.1f ms mean", agent,
 		r.PodPhaseSeconds, r.PodPhaseAPIServerCores, r.PodPhaseAgentCores, r.PodPhaseWritesPerSec, r.PodPhaseWriteLatencyMs)
 	logf("%s: %d pods Running: p50 %.3fs p99 %.3fs, last create to all Running %.3fs", agent, o.pods, p50, p99, tail)
+	if heap != nil {
+		r.HeapAtPodPeak = heap.peakHeap(ctx, heapProfilePath(o.out, agent))
+	}
 
+	requests0, err := cl.podRequests(ctx)
+	if err != nil {
+		return r, err
+	}
 	if r.LastDeleteToGone, err = cl.deletePods(ctx, o.pods); err != nil {
 		return r, err
 	}
-	logf("%s: all pods gone %.3fs after the last delete", agent, r.LastDeleteToGone)
+	requests1, err := cl.podRequests(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.DeleteStatusWritesPerPod, r.DeleteDeletesPerPod, r.DeleteNotFoundPerPod = deletionRequests(requests0, requests1, o.pods)
+	logf("%s: all pods gone %.3fs after the last delete; per pod %.3f status writes, %.3f deletes (%.3f answered 404)", agent,
+		r.LastDeleteToGone, r.DeleteStatusWritesPerPod, r.DeleteDeletesPerPod, r.DeleteNotFoundPerPod)
 
 	logf("%s: steady state for %s", agent, o.steady)
 	apiCPU0 = cp.apiserverCPU()
@@ -474,6 +524,9 @@ func printTable(w *os.File, results []result) {
 		{"pod phase: agent CPU (cores)", func(r result) float64 { return r.PodPhaseAgentCores }, "%.2f"},
 		{"pod phase: pod writes/s", func(r result) float64 { return r.PodPhaseWritesPerSec }, "%.0f"},
 		{"pod phase: pod write latency (ms)", func(r result) float64 { return r.PodPhaseWriteLatencyMs }, "%.1f"},
+		{"delete phase: status writes/pod", func(r result) float64 { return r.DeleteStatusWritesPerPod }, "%.3f"},
+		{"delete phase: agent deletes/pod", func(r result) float64 { return r.DeleteDeletesPerPod }, "%.3f"},
+		{"delete phase: deletes 404/pod", func(r result) float64 { return r.DeleteNotFoundPerPod }, "%.3f"},
 	}
 	for _, row := range rows {
 		line := row.name + "\t"

@@ -570,7 +570,7 @@ func (a agentProbe) runtime(ctx context.Context) (goRuntime, error) {
 // saveHeapProfile writes the agent's heap profile, after a garbage
 // collection, to dir/heap-<name>.pb.gz; a failure is only logged.
 func (a agentProbe) saveHeapProfile(ctx context.Context, dir, name string) {
-	data, err := agentGet(ctx, a.client, a.port, "/debug/pprof/heap?gc=1")
+	data, err := a.heapProfile(ctx, true)
 	if err == nil {
 		if err = os.MkdirAll(dir, 0o755); err == nil {
 			err = os.WriteFile(filepath.Join(dir, "heap-"+name+".pb.gz"), data, 0o644)

@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/attachdetach"
+	"github.com/nodelet/nodelet/pkg/cachetrim"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/node"
@@ -146,8 +147,12 @@ type Agent struct {
 }
 
 // Run builds the agent and runs it until ctx is done (New, then
-// Agent.Run).
+// Agent.Run), after setting the Go runtime's garbage collector as cfg says
+// (goMemoryLimit, goGCPercent) where GOMEMLIMIT and GOGC are not set.
 func Run(ctx context.Context, creds *Credentials, cfg *config.Config, remote *config.Controller) error {
+	if kv := goRuntimeTuningOf(cfg, os.Getenv).apply(); len(kv) > 0 {
+		klog.FromContext(ctx).Info("Tuned the Go garbage collector", kv...)
+	}
 	a, err := New(creds.Config, cfg, remote)
 	if err != nil {
 		return err
@@ -188,24 +193,14 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	for _, m := range managed {
 		names = append(names, m.name)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = podSelector(names).String()
-		}))
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			if len(names) == 1 {
-				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
-			}
-		}))
-	clusterFactory := informers.NewSharedInformerFactory(client, 0)
+	inf := newAgentInformers(client, names)
 
 	// Attach/detach's states of world come first: the providers wait for
 	// them. Its controller, which writes through the node controller, comes
 	// after that.
 	var world *attachdetach.World
 	if cfg.AttachDetachEnabled() {
-		world, err = newVolumeWorld(client, volumeInformers{pods: factory, nodes: nodeFactory, cluster: clusterFactory}, names, cfg)
+		world, err = newVolumeWorld(client, inf, names, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -213,7 +208,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 
 	shared := hostShared{probes: lifecycle.NewProbeMetrics(), runtime: lifecycle.NewRuntimeMetrics(),
 		stats: stats.NewHost(stats.HostOptions{RootDir: cfg.RootDir})}
-	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, clusterFactory, nodeFactory, shared)
+	nodes, loops, err := providerNodes(client, recorder, cfg, managed, world, inf.cluster, inf.nodes, shared)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +238,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	if err != nil {
 		return nil, fmt.Errorf("node controller: %w", err)
 	}
-	if err := nodeCtrl.WatchNodes(nodeFactory.Core().V1().Nodes()); err != nil {
+	if err := nodeCtrl.WatchNodes(inf.nodes.Core().V1().Nodes()); err != nil {
 		return nil, err
 	}
 	loops["node controller"] = nodeCtrl.Run
@@ -287,7 +282,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 		loops["kubelet API server"] = srv.Run
 	}
 
-	podCtrl, err := pod.NewController(client, factory.Core().V1().Pods(), podProviders, recorder, pod.Options{
+	podCtrl, err := pod.NewController(client, inf.pods.Core().V1().Pods(), podProviders, recorder, pod.Options{
 		Workers:            int(cfg.PodWorkers),
 		StatusPollInterval: cfg.PodStatusPollInterval.Duration,
 	})
@@ -299,7 +294,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	}
 	loops["pod controller"] = podCtrl.Run
 
-	static, err := staticPods(client, recorder, cfg, factory, nodeFactory, podProviders)
+	static, err := staticPods(client, recorder, cfg, inf.pods, inf.nodes, podProviders)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +305,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	if remote != nil {
 		// The first node is the agent's: its annotation names the config.
 		base := names[0]
-		if err := remote.Watch(nodeFactory.Core().V1().Nodes(), base); err != nil {
+		if err := remote.Watch(inf.nodes.Core().V1().Nodes(), base); err != nil {
 			return nil, err
 		}
 		remote.OnChange(nodeCtrl.ReportAllStatus)
@@ -333,7 +328,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 	return &Agent{
 		client:      client,
 		broadcaster: broadcaster,
-		factories:   []informers.SharedInformerFactory{factory, nodeFactory, clusterFactory},
+		factories:   []informers.SharedInformerFactory{inf.pods, inf.nodes, inf.cluster},
 		loops:       loops,
 		nodes:       nodeCtrl,
 		count:       len(names),
@@ -422,6 +417,29 @@ func closed(ch <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// agentInformers are the agent's shared informer factories, which Run
+// starts: the pods bound to the managed nodes, those Nodes, and
+// cluster-wide objects. Every informer they make trims what it caches
+// (cachetrim): with thousands of pods, managedFields alone would be a
+// large part of the agent's heap.
+type agentInformers struct {
+	pods, nodes, cluster informers.SharedInformerFactory
+}
+
+func newAgentInformers(client kubernetes.Interface, names []string) agentInformers {
+	return agentInformers{
+		pods: cachetrim.NewFactory(client, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = podSelector(names).String()
+		})),
+		nodes: cachetrim.NewFactory(client, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			if len(names) == 1 {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
+			}
+		})),
+		cluster: cachetrim.NewFactory(client),
 	}
 }
 

@@ -6,6 +6,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -88,5 +93,64 @@ func TestRunStopsWithItsContext(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// Every factory the agent builds trims managedFields from what its
+// informers cache.
+func TestAgentInformersCacheNoManagedFields(t *testing.T) {
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}}}
+	meta := func(namespace, name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: namespace, Name: name, ManagedFields: managed}
+	}
+	client := fake.NewClientset(
+		&corev1.Pod{ObjectMeta: meta("ns", "p"), Spec: corev1.PodSpec{NodeName: "sim-0"}},
+		&corev1.Node{ObjectMeta: meta("", "sim-0")},
+		&storagev1.CSIDriver{ObjectMeta: meta("", "d")},
+	)
+	inf := newAgentInformers(client, []string{"sim-0", "sim-1"})
+	pods := inf.pods.Core().V1().Pods()
+	nodes := inf.nodes.Core().V1().Nodes()
+	drivers := inf.cluster.Storage().V1().CSIDrivers()
+	pods.Informer()
+	nodes.Informer()
+	drivers.Informer()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	factories := []informers.SharedInformerFactory{inf.pods, inf.nodes, inf.cluster}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	defer func() {
+		cancel()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	for _, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				t.Fatalf("%v cache did not sync", typ)
+			}
+		}
+	}
+
+	pod, err := pods.Lister().Pods("ns").Get("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := nodes.Lister().Get("sim-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver, err := drivers.Lister().Get("d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, obj := range map[string]metav1.Object{"pod": pod, "node": node, "CSI driver": driver} {
+		if got := obj.GetManagedFields(); got != nil {
+			t.Errorf("cached %s has managedFields %v, want none", name, got)
+		}
 	}
 }

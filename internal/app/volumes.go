@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -19,18 +18,12 @@ import (
 // ("false", nodelet's own controller).
 const ManagedAttachDetachAnnotation = "volumes.kubernetes.io/controller-managed-attach-detach"
 
-// volumeInformers are the informers attach/detach reads: pods and nodes
-// from the agent's own factories, claims, volumes, CSI drivers and volume
-// attachments from a cluster-wide one.
-type volumeInformers struct {
-	pods, nodes informers.SharedInformerFactory
-	cluster     informers.SharedInformerFactory
-}
-
 // newVolumeWorld builds attach/detach's states of world of the agent's
-// nodes, which the providers ask about pods' volumes. The informers it asks
-// for are started by the caller.
-func newVolumeWorld(client kubernetes.Interface, inf volumeInformers, names []string, cfg *config.Config) (*attachdetach.World, error) {
+// nodes, which the providers ask about pods' volumes: it reads pods and
+// nodes from the agent's own factories, claims, volumes, CSI drivers and
+// volume attachments from the cluster-wide one. The informers it asks for
+// are started by the caller.
+func newVolumeWorld(client kubernetes.Interface, inf agentInformers, names []string, cfg *config.Config) (*attachdetach.World, error) {
 	drivers := inf.cluster.Storage().V1().CSIDrivers()
 	attachRequired := attachdetach.CSIDriverAttachRequired(drivers.Lister())
 	var plugin attachdetach.Plugin

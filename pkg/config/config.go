@@ -79,6 +79,27 @@ type Config struct {
 	// PodWorkers is how many pods are synced at once.
 	PodWorkers int32 `json:"podWorkers,omitempty"`
 
+	// GoMemoryLimit is the Go runtime's soft memory limit
+	// (runtime/debug.SetMemoryLimit), set at start: as the agent's memory
+	// nears it, the garbage collector runs more often (using at most about
+	// half the CPU) instead of letting the heap grow to twice what is live.
+	// Set it a little under the memory the agent may use, e.g. 90% of its
+	// container's limit, so that it collects harder before it is
+	// OOM-killed. Unset (default): no limit, as Go's default. The agent
+	// cannot pick one itself: its live heap grows with the pods bound to
+	// its nodes, and a limit under the live heap makes the collector run
+	// all the time, taking the CPU that lease renewals need. The
+	// environment variable GOMEMLIMIT, when set, wins.
+	GoMemoryLimit *resource.Quantity `json:"goMemoryLimit,omitempty"`
+	// GoGCPercent is the Go runtime's GC percent
+	// (runtime/debug.SetGCPercent), set at start: a collection starts once
+	// the heap has grown by that percent over what the last one left live;
+	// -1 turns collections off until the heap nears goMemoryLimit, which
+	// must then be set. Unset (default): Go's 100; lower trades CPU for
+	// memory at every scale. The environment variable GOGC, when set,
+	// wins.
+	GoGCPercent *int32 `json:"goGCPercent,omitempty"`
+
 	// Address is the node's InternalIP; Port is the kubelet API port
 	// published in the node's daemonEndpoints.
 	Address string `json:"address,omitempty"`
@@ -715,6 +736,17 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	if c.PodWorkers <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("podWorkers"), c.PodWorkers, "must be greater than 0"))
+	}
+	if q := c.GoMemoryLimit; q != nil && q.Sign() <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("goMemoryLimit"), q.String(), "must be greater than 0 (unset for no limit)"))
+	}
+	if p := c.GoGCPercent; p != nil {
+		switch {
+		case *p < -1:
+			errs = append(errs, field.Invalid(field.NewPath("goGCPercent"), *p, "must be -1 (off) or at least 0"))
+		case *p == -1 && c.GoMemoryLimit == nil:
+			errs = append(errs, field.Invalid(field.NewPath("goGCPercent"), *p, "-1 turns the garbage collector off: set goMemoryLimit too, or the heap grows without bound"))
+		}
 	}
 	if c.Port <= 0 || c.Port > 65535 {
 		errs = append(errs, field.Invalid(field.NewPath("port"), c.Port, "must be between 1 and 65535"))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -466,5 +467,59 @@ func wantErrors(t *testing.T, errs field.ErrorList, want []string) {
 		if msg == nil || !strings.Contains(msg.Error(), w) {
 			t.Errorf("errors %v do not say %q", msg, w)
 		}
+	}
+}
+
+func TestValidateGoRuntime(t *testing.T) {
+	tests := []struct {
+		name    string
+		set     func(*Config)
+		wantErr []string
+	}{
+		{name: "unset", set: func(*Config) {}},
+		{name: "limit and percent", set: func(c *Config) {
+			c.GoMemoryLimit = ptr.To(resource.MustParse("460Mi"))
+			c.GoGCPercent = ptr.To[int32](50)
+		}},
+		{name: "collector off under a limit", set: func(c *Config) {
+			c.GoMemoryLimit = ptr.To(resource.MustParse("1Gi"))
+			c.GoGCPercent = ptr.To[int32](-1)
+		}},
+		{name: "collector off without a limit", set: func(c *Config) {
+			c.GoGCPercent = ptr.To[int32](-1)
+		}, wantErr: []string{`goGCPercent: Invalid value: -1: -1 turns the garbage collector off: set goMemoryLimit too`}},
+		{name: "zero limit, negative percent", set: func(c *Config) {
+			c.GoMemoryLimit = ptr.To(resource.MustParse("0"))
+			c.GoGCPercent = ptr.To[int32](-2)
+		}, wantErr: []string{
+			`goMemoryLimit: Invalid value: "0": must be greater than 0`,
+			`goGCPercent: Invalid value: -2: must be -1 (off) or at least 0`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.NodeName = "n"
+			tt.set(c)
+			wantErrors(t, c.Validate(), tt.wantErr)
+		})
+	}
+}
+
+func TestLoadGoRuntime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	data := "apiVersion: " + APIVersion + "\nkind: " + Kind + "\nnodeName: node\ngoMemoryLimit: 460Mi\ngoGCPercent: 50\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GoMemoryLimit == nil || c.GoMemoryLimit.Value() != 460<<20 || c.GoGCPercent == nil || *c.GoGCPercent != 50 {
+		t.Errorf("goMemoryLimit %v, goGCPercent %v; want 460Mi and 50", c.GoMemoryLimit, c.GoGCPercent)
+	}
+	if d := Default(); d.GoMemoryLimit != nil || d.GoGCPercent != nil {
+		t.Errorf("defaults goMemoryLimit %v, goGCPercent %v; want both unset (Go's own)", d.GoMemoryLimit, d.GoGCPercent)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/cachetrim"
 	"github.com/nodelet/nodelet/pkg/config/checkpoint"
 )
 
@@ -369,6 +370,7 @@ func (c *Controller) watchConfigMap(ctx context.Context, client kubernetes.Inter
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	informer := coreinformers.NewFilteredConfigMapInformer(client, namespace, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.FieldSelector = selector })
+	_ = informer.SetTransform(cachetrim.Transform) // fails only once started
 	w := &configMapWatch{
 		namespace: namespace,
 		name:      name,

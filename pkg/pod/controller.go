@@ -88,13 +88,15 @@ type Controller struct {
 }
 
 // podRecord is what the controller remembers of a pod: the node whose
-// provider was last asked to run it, and a hash of the status last written,
+// provider was last asked to run it, a hash of the status last written,
 // so that a cache that has not caught up with that write does not make the
-// same write again. Only the worker syncing the pod touches it.
+// same write again, and whether its final delete was sent, so that it is
+// sent once. Only the worker syncing the pod touches it.
 type podRecord struct {
 	node    string
 	uid     types.UID
 	written uint64
+	deleted bool
 }
 
 // record returns the pod's record, starting a new one when the pod moved or

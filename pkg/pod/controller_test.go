@@ -284,3 +284,53 @@ func TestFinalStatusIsWrittenBeforeTheDelete(t *testing.T) {
 		t.Errorf("API writes %v, want the final status, then the delete", order)
 	}
 }
+
+// A deleted pod whose containers have stopped gets one final status patch
+// and one delete, however often it is synced before the cache sees it
+// gone: the delete's own update (deletionGracePeriodSeconds set to 0) and
+// the final status patch both come back through the informer while the
+// cache still holds the pod, and each used to send the delete again, to be
+// answered 404.
+func TestFinalDeleteIsSentOnce(t *testing.T) {
+	running := testPod("a", "n", runningStatus)
+	deleting := running.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	client := fake.NewClientset(deleting.DeepCopy())
+	factory := informers.NewSharedInformerFactory(client, 0)
+	// The provider has stopped the pod and forgotten it; its final status
+	// came with the notification.
+	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": newFakeProvider()},
+		record.NewFakeRecorder(100), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cache is never started: it keeps the pod as it was before any
+	// write, as a cache that has not caught up does.
+	if err := c.informer.GetIndexer().Add(deleting.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	final := deleting.DeepCopy()
+	final.Status.Phase = corev1.PodSucceeded
+	final.Status.ContainerStatuses[0].Ready = false
+	final.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
+	c.finals.Store("ns/p", final)
+
+	for range 3 {
+		if err := c.sync(context.Background(), "ns/p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var patches, deletes int
+	for _, a := range client.Actions() {
+		switch {
+		case a.GetVerb() == "patch" && a.GetSubresource() == "status":
+			patches++
+		case a.GetVerb() == "delete":
+			deletes++
+		}
+	}
+	if patches != 1 || deletes != 1 {
+		t.Errorf("%d status patches and %d deletes, want 1 and 1", patches, deletes)
+	}
+}

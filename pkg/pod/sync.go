@@ -125,6 +125,12 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 	case nothing:
 		return nil
 	case finishDel:
+		if rec.deleted {
+			// Sent already. The cache still holds the pod: it has not
+			// seen the delete yet, or its update (the grace period set to
+			// 0) or that of the final status came first.
+			return nil
+		}
 		// The final status first, as the kubelet writes it: a pod kept by
 		// a finalizer shows how its containers ended.
 		key := pod.Namespace + "/" + pod.Name
@@ -136,7 +142,7 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 				}
 			}
 		}
-		return c.finishDeletion(ctx, pod)
+		return c.finishDeletion(ctx, rec, pod)
 	case restorePod:
 		if err := restorer.RestorePod(ctx, pod); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedRestore", "error restoring pod in provider: %v", err)
@@ -176,8 +182,9 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 }
 
 // finishDeletion removes a pod whose containers have all stopped from the
-// API, as the kubelet does once termination is complete.
-func (c *Controller) finishDeletion(ctx context.Context, pod *corev1.Pod) error {
+// API, as the kubelet does once termination is complete. Once the API has
+// answered, the record says so: the pod is not deleted again.
+func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *corev1.Pod) error {
 	var zero int64
 	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
@@ -185,11 +192,13 @@ func (c *Controller) finishDeletion(ctx context.Context, pod *corev1.Pod) error 
 	})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		// Already gone, or replaced by a new pod of the same name.
+		rec.deleted = true
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("delete terminated pod: %w", err)
 	}
+	rec.deleted = true
 	klog.FromContext(ctx).V(2).Info("Pod terminated; deleted from the API")
 	return nil
 }

@@ -263,3 +263,16 @@ func TestPodIPsOfTheSandbox(t *testing.T) {
 		t.Errorf("environment\n got: %s\nwant: %s", strings.Join(got, " "), want)
 	}
 }
+
+// The service cache keeps no managedFields.
+func TestServiceCacheTrimsManagedFields(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "s",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}}}
+	services, err := NewGetter(fake.NewClientset(svc)).Services(context.Background(), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(services) != 1 || services[0].ManagedFields != nil {
+		t.Errorf("services %+v, want s without managedFields", services)
+	}
+}

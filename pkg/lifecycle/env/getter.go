@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodelet/nodelet/pkg/cachetrim"
 )
 
 // Getter reads the objects a container environment is built from. Errors for
@@ -52,6 +54,7 @@ func (g *clientGetter) Secret(ctx context.Context, namespace, name string) (*cor
 func (g *clientGetter) Services(ctx context.Context, namespace string) ([]corev1.Service, error) {
 	g.once.Do(func() {
 		g.informer = coreinformers.NewServiceInformer(g.client, metav1.NamespaceAll, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		_ = g.informer.SetTransform(cachetrim.Transform) // fails only once started
 		g.services = corelisters.NewServiceLister(g.informer.GetIndexer())
 		go g.informer.RunWithContext(context.Background())
 	})
