@@ -337,6 +337,20 @@ func testPod(name string, spec corev1.PodSpec) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)}, Spec: spec}
 }
 
+// runningPod creates pod p, one container "app", and waits until it runs.
+func (f *lifecycleFixture) runningPod(t *testing.T, policy corev1.RestartPolicy) *corev1.Pod {
+	t.Helper()
+	pod := testPod("p", corev1.PodSpec{RestartPolicy: policy, Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	return pod
+}
+
 // A pod with an IP of its own is probed at that IP, not the node's; the
 // probe is started under the worker's lock, which it must not take again.
 func TestProbesReachThePodIP(t *testing.T) {
@@ -456,14 +470,7 @@ func TestDeadSandboxIsSetUpAgain(t *testing.T) {
 // container does, rather than failing with the lost attempt.
 func TestLostContainerIsStartedAgain(t *testing.T) {
 	f := newLifecycleFixture(t, nil)
-	pod := testPod("p", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "app", Image: "img"}}})
-	if err := f.m.CreatePod(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the pod runs", func() (bool, string) {
-		s := f.status("p")
-		return s.Phase == corev1.PodRunning, string(s.Phase)
-	})
+	pod := f.runningPod(t, corev1.RestartPolicyNever)
 	if !f.rt.lose(pod.UID, "app") {
 		t.Fatal("the container was not running")
 	}
@@ -492,14 +499,7 @@ func TestLostContainerIsStartedAgain(t *testing.T) {
 // runtime's do).
 func TestSandboxDeathKeepsThePodStatus(t *testing.T) {
 	f := newLifecycleFixture(t, nil)
-	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
-	if err := f.m.CreatePod(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the pod runs", func() (bool, string) {
-		s := f.status("p")
-		return s.Phase == corev1.PodRunning, string(s.Phase)
-	})
+	pod := f.runningPod(t, "")
 	f.rt.mu.Lock()
 	sb := f.rt.sandboxes[pod.UID]
 	f.rt.mu.Unlock()
@@ -533,14 +533,7 @@ func TestSandboxDeathKeepsThePodStatus(t *testing.T) {
 func TestAdoptedPodNeverReportsPending(t *testing.T) {
 	rt, root := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}, t.TempDir()
 	first := startLifecycleFixture(t, rt, root)
-	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
-	if err := first.m.CreatePod(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the pod runs", func() (bool, string) {
-		s := first.status("p")
-		return s.Phase == corev1.PodRunning, string(s.Phase)
-	})
+	first.runningPod(t, "")
 	first.stop()
 
 	second := startLifecycleFixture(t, rt, root)
@@ -562,14 +555,7 @@ func TestAdoptedPodNeverReportsPending(t *testing.T) {
 func TestDeletionGoesOnAfterRestart(t *testing.T) {
 	rt, root := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}, t.TempDir()
 	first := startLifecycleFixture(t, rt, root)
-	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}}})
-	if err := first.m.CreatePod(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the pod runs", func() (bool, string) {
-		s := first.status("p")
-		return s.Phase == corev1.PodRunning, string(s.Phase)
-	})
+	pod := first.runningPod(t, "")
 	rt.failRemove.Store(true)
 	if err := first.m.DeletePod(context.Background(), pod); err != nil {
 		t.Fatal(err)
