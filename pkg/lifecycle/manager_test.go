@@ -527,6 +527,41 @@ func TestSandboxDeathKeepsThePodStatus(t *testing.T) {
 	}
 }
 
+// A pod whose containers are done for good keeps its sandbox's records
+// when the sandbox dies: it is not set up again, as the kubelet does not.
+func TestFinishedPodIsNotSetUpAgain(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := f.runningPod(t, corev1.RestartPolicyNever)
+	if !f.rt.exit(pod.UID, "app", 0) {
+		t.Fatal("the container was not running")
+	}
+	eventually(t, "the pod succeeded", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodSucceeded, string(s.Phase)
+	})
+	f.rt.mu.Lock()
+	sb := f.rt.sandboxes[pod.UID]
+	f.rt.mu.Unlock()
+	sb.dead.Store(true)
+	if err := f.m.UpdatePod(context.Background(), pod); err != nil { // a sync
+		t.Fatal(err)
+	}
+	// Nothing is to happen: a second of syncs must not set it up again.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		f.rt.mu.Lock()
+		now := f.rt.sandboxes[pod.UID]
+		f.rt.mu.Unlock()
+		if now != sb {
+			t.Fatal("a finished pod got a new sandbox")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := f.status("p"); s.Phase != corev1.PodSucceeded {
+		t.Errorf("phase %s, want Succeeded", s.Phase)
+	}
+}
+
 // A restarted agent reports an adopted pod as it runs from the first
 // answer: never the Pending placeholder of a new pod, which would take the
 // pod back from Running to Pending in the API.

@@ -18,7 +18,8 @@ import (
 func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Duration) {
 	w.mu.Lock()
 	paths, sb, retryAt := w.volumePaths, w.sandbox, w.setUpRetryAt
-	died := sb != nil && !sb.Ready()
+	// A pod whose containers are done for good is not set up again.
+	died := sb != nil && !sb.Ready() && !w.regularDoneLocked(pod, sb)
 	if died {
 		// Set up anew, as the kubelet does; until then the dead one's
 		// records are the pod's.
