@@ -106,11 +106,16 @@ func (r *fakeRuntime) recorded() []string {
 	return slices.Clone(r.events)
 }
 
+// sandbox is the pod's sandbox, nil when it has none.
+func (r *fakeRuntime) sandbox(uid types.UID) *fakeSandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sandboxes[uid]
+}
+
 // exit ends the running attempt of a container of the pod with code.
 func (r *fakeRuntime) exit(uid types.UID, name string, code int) bool {
-	r.mu.Lock()
-	sb := r.sandboxes[uid]
-	r.mu.Unlock()
+	sb := r.sandbox(uid)
 	if sb == nil || !sb.end(name, code) {
 		return false
 	}
@@ -177,9 +182,7 @@ func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) erro
 // lose makes the running attempt of a container one the runtime lost
 // track of, as containerd's CONTAINER_UNKNOWN, and tells the lifecycle.
 func (r *fakeRuntime) lose(uid types.UID, name string) bool {
-	r.mu.Lock()
-	sb := r.sandboxes[uid]
-	r.mu.Unlock()
+	sb := r.sandbox(uid)
 	if sb == nil || !sb.end(name, 255) {
 		return false
 	}
@@ -500,9 +503,7 @@ func TestLostContainerIsStartedAgain(t *testing.T) {
 func TestSandboxDeathKeepsThePodStatus(t *testing.T) {
 	f := newLifecycleFixture(t, nil)
 	pod := f.runningPod(t, "")
-	f.rt.mu.Lock()
-	sb := f.rt.sandboxes[pod.UID]
-	f.rt.mu.Unlock()
+	sb := f.rt.sandbox(pod.UID)
 	sb.dead.Store(true)
 	if !f.rt.exit(pod.UID, "app", 137) {
 		t.Fatal("the container was not running")
@@ -539,9 +540,7 @@ func TestFinishedPodIsNotSetUpAgain(t *testing.T) {
 		s := f.status("p")
 		return s.Phase == corev1.PodSucceeded, string(s.Phase)
 	})
-	f.rt.mu.Lock()
-	sb := f.rt.sandboxes[pod.UID]
-	f.rt.mu.Unlock()
+	sb := f.rt.sandbox(pod.UID)
 	sb.dead.Store(true)
 	if err := f.m.UpdatePod(context.Background(), pod); err != nil { // a sync
 		t.Fatal(err)
@@ -549,10 +548,7 @@ func TestFinishedPodIsNotSetUpAgain(t *testing.T) {
 	// Nothing is to happen: a second of syncs must not set it up again.
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
-		f.rt.mu.Lock()
-		now := f.rt.sandboxes[pod.UID]
-		f.rt.mu.Unlock()
-		if now != sb {
+		if f.rt.sandbox(pod.UID) != sb {
 			t.Fatal("a finished pod got a new sandbox")
 		}
 		time.Sleep(20 * time.Millisecond)
