@@ -297,15 +297,19 @@ e2e: build
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 # bench: nodelet against kwok on the local control plane (not part of test).
+# Both scales, against the pinned kwok and the lighter v0.7.0; BENCH_ARGS
+# picks one scale (--nodes N --pods M) or other agents (--agents).
 KWOK_VERSION := v0.8.0
-BENCH_ARGS ?= --nodes 5000 --pods 10000 --steady 5m
+KWOK_VERSIONS := $(KWOK_VERSION) v0.7.0
+BENCH_ARGS ?= --scales 1000/5000,5000/10000 --steady 5m --agents nodelet,kwok,kwok@v0.7.0
 
-bin/kwok:
-	GOBIN=$(CURDIR)/bin $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+# bin/kwok-VERSION: one kwok release, installed from the module proxy.
+bin/kwok-%:
+	tmp=$$(mktemp -d) && GOBIN=$$tmp $(GO) install sigs.k8s.io/kwok/cmd/kwok@$* && mv $$tmp/kwok $@ && rmdir $$tmp
 
-bench: build bin/kwok
+bench: build $(foreach v,$(KWOK_VERSIONS),bin/kwok-$(v))
 	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
-		--kwok-stages $$($(GO) env GOMODCACHE)/sigs.k8s.io/kwok@$(KWOK_VERSION)/kustomize/stage
+		--kwok-version $(KWOK_VERSION) --gomodcache $$($(GO) env GOMODCACHE)
 
 # bench-process: the process provider, 100 pods of a Deployment (needs root).
 bench-process: build

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/google/pprof/profile"
 )
@@ -41,9 +42,7 @@ type heapEntry struct {
 func (a agentProbe) peakHeap(ctx context.Context, path string) *heapSummary {
 	data, err := a.heapProfile(ctx, false)
 	if err == nil {
-		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-			err = os.WriteFile(path, data, 0o644)
-		}
+		err = writeProfile(path, data)
 	}
 	var s heapSummary
 	if err == nil {
@@ -67,10 +66,35 @@ func (a agentProbe) heapProfile(ctx context.Context, gc bool) ([]byte, error) {
 	return agentGet(ctx, a.client, a.port, path)
 }
 
-// heapProfilePath is where the heap profile of agent goes: beside the
-// results file out.
-func heapProfilePath(out, agent string) string {
-	return strings.TrimSuffix(out, filepath.Ext(out)) + "-heap-" + agent + ".pb.gz"
+// cpuProfileMax bounds the CPU profile the bench takes: the agent's
+// client times out after a minute.
+const cpuProfileMax = 50 * time.Second
+
+// saveCPUProfile takes the agent's CPU profile over d and saves it to
+// path; a failure is logged, the other figures stand.
+func (a agentProbe) saveCPUProfile(ctx context.Context, d time.Duration, path string) {
+	data, err := agentGet(ctx, a.client, a.port, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(d.Seconds())))
+	if err == nil {
+		err = writeProfile(path, data)
+	}
+	if err != nil {
+		logf("CPU profile: %v", err)
+		return
+	}
+	logf("CPU profile of %s: %s (go tool pprof -top %s)", d, path, path)
+}
+
+func writeProfile(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// profilePath is where the profile of a kind (heap, cpu) of agent at a
+// scale goes: beside the results file out.
+func profilePath(out, kind, agent string, nodes, pods int) string {
+	return fmt.Sprintf("%s-%s-%s-%d-%d.pb.gz", strings.TrimSuffix(out, filepath.Ext(out)), kind, agent, nodes, pods)
 }
 
 // summarizeHeap reads a Go heap profile and ranks, by inuse_space, the

@@ -39,12 +39,19 @@ type options struct {
 	agents      []string
 	out         string
 	bin         string
-	kwokStages  string
+	// kwokVersion is the kwok an agent named plain "kwok" runs; gomodcache
+	// holds the modules of every kwok version named, for their stages.
+	kwokVersion string
+	gomodcache  string
 	keep        bool // keep the control plane's directory and the agents' logs
 	agentV      int  // the agents' log verbosity
 	// heapProfile runs nodelet's kubelet API, to take its heap profile
 	// once every pod is Running.
 	heapProfile bool
+	// cpuProfile also takes nodelet's CPU profile over the middle of the
+	// steady window (at most cpuProfileMax of it, where the first periodic
+	// status reports fall), saved beside out.
+	cpuProfile bool
 	// deployProvider is the provider of the --process-pods node: "sim"
 	// gives the control plane's own share of the start latency.
 	deployProvider string
@@ -91,17 +98,20 @@ type result struct {
 
 func main() {
 	var o options
-	var agents string
+	var agents, scales string
 	flag.IntVar(&o.nodes, "nodes", 5000, "nodes per agent")
 	flag.IntVar(&o.pods, "pods", 10000, "pods created and deleted")
+	flag.StringVar(&scales, "scales", "", "instead of --nodes and --pods: the scales to measure, each as nodes/pods, comma-separated (for example 1000/5000,5000/10000)")
 	flag.DurationVar(&o.steady, "steady", 5*time.Minute, "steady-state measurement")
-	flag.StringVar(&agents, "agents", "nodelet,kwok", "agents to measure, in order")
+	flag.StringVar(&agents, "agents", "nodelet,kwok", "agents to measure, in order: nodelet, kwok (--kwok-version) or kwok@VERSION (bin/kwok-VERSION, make bin/kwok-VERSION)")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
-	flag.StringVar(&o.kwokStages, "kwok-stages", "", "kwok's kustomize/stage directory (from its module), for its default fast stages")
+	flag.StringVar(&o.kwokVersion, "kwok-version", "v0.8.0", "the version of kwok an agent named kwok runs (bin/kwok-VERSION)")
+	flag.StringVar(&o.gomodcache, "gomodcache", "", "the Go module cache (go env GOMODCACHE) that holds each kwok version's module, for its stages")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the control plane's and agents' logs")
 	flag.IntVar(&o.agentV, "agent-v", 0, "the nodelet agents' log verbosity (-v)")
 	flag.BoolVar(&o.heapProfile, "heap-profile", true, "run nodelet with its kubelet API and take its heap profile once every pod is Running: printed as the top functions and lines, saved beside --out")
+	flag.BoolVar(&o.cpuProfile, "cpu-profile", false, "with --heap-profile: also take nodelet's CPU profile over the middle of the steady window (at most 50s of it), saved beside --out (go tool pprof)")
 	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
 	flag.StringVar(&o.deployProvider, "process-provider", "process", "with --process-pods: the node's provider (sim measures the control plane alone)")
 	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
@@ -194,18 +204,37 @@ func main() {
 		return
 	}
 	o.agents = strings.Split(agents, ",")
+	for i, a := range o.agents {
+		if a == "kwok" {
+			o.agents[i] = "kwok@" + o.kwokVersion
+		}
+	}
+	sizes := []scale{{o.nodes, o.pods}}
+	if scales != "" {
+		var err error
+		if sizes, err = parseScales(scales); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: --scales: %v\n", err)
+			os.Exit(1)
+		}
+	}
 
 	ctx := context.Background()
 	var results []result
-	for _, agent := range o.agents {
-		r, err := measure(ctx, o, agent)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench %s: %v\n", agent, err)
-			os.Exit(1)
+	for _, size := range sizes {
+		o.nodes, o.pods = size.nodes, size.pods
+		var these []result
+		for _, agent := range o.agents {
+			r, err := measure(ctx, o, agent)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench %s at %d nodes and %d pods: %v\n", agent, o.nodes, o.pods, err)
+				os.Exit(1)
+			}
+			these = append(these, r)
 		}
-		results = append(results, r)
+		fmt.Printf("\n%d nodes, %d pods:\n", o.nodes, o.pods)
+		printTable(os.Stdout, these)
+		results = append(results, these...)
 	}
-	printTable(os.Stdout, results)
 	for _, r := range results {
 		if r.HeapAtPodPeak != nil {
 			printHeapSummary(os.Stdout, r.Agent, fmt.Sprintf("with %d pods Running on %d nodes", r.Pods, r.Nodes), r.HeapAtPodPeak)
@@ -249,8 +278,9 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	var args []string
 	var nodeNames []string
 	var heap *agentProbe
-	switch agent {
-	case "nodelet":
+	version := kwokVersion(agent)
+	switch {
+	case agent == "nodelet":
 		args, nodeNames = simAgentArgs(o, cp, o.nodes), simNodeNames(o.nodes)
 		if o.heapProfile {
 			port, err := freePort()
@@ -265,17 +295,15 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 			args = withKubeletAPI(args, cp, port)
 			heap = &agentProbe{port: port, client: client}
 		}
-	case "kwok":
-		logf("kwok: pre-creating %d nodes", o.nodes)
+	case version != "":
+		logf("%s: pre-creating %d nodes", agent, o.nodes)
 		if nodeNames, err = cl.createKwokNodes(ctx, o.nodes); err != nil {
 			return r, err
 		}
-		args = []string{filepath.Join(o.bin, "kwok"), "--kubeconfig", cp.kubeconfig,
+		args = []string{filepath.Join(o.bin, "kwok-"+version), "--kubeconfig", cp.kubeconfig,
 			"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 			"--node-lease-duration-seconds=40", "--cidr=100.64.0.0/10", "--node-ip=127.0.0.1"}
-		// kwokctl's defaults: nodes initialised at once with lease
-		// heartbeats, pods Ready at once and deleted at once.
-		stages, err := kwokStages(o.kwokStages)
+		stages, err := kwokStages(filepath.Join(o.gomodcache, "sigs.k8s.io", "kwok@"+version, "kustomize", "stage"))
 		if err != nil {
 			return r, err
 		}
@@ -324,7 +352,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 		r.PodPhaseSeconds, r.PodPhaseAPIServerCores, r.PodPhaseAgentCores, r.PodPhaseWritesPerSec, r.PodPhaseWriteLatencyMs)
 	logf("%s: %d pods Running: p50 %.3fs p99 %.3fs, last create to all Running %.3fs", agent, o.pods, p50, p99, tail)
 	if heap != nil {
-		r.HeapAtPodPeak = heap.peakHeap(ctx, heapProfilePath(o.out, agent))
+		r.HeapAtPodPeak = heap.peakHeap(ctx, profilePath(o.out, "heap", agent, o.nodes, o.pods))
 	}
 
 	requests0, err := cl.podRequests(ctx)
@@ -344,7 +372,24 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 
 	logf("%s: steady state for %s", agent, o.steady)
 	apiCPU0 = cp.apiserverCPU()
+	var cpuProfile chan struct{}
+	if heap != nil && o.cpuProfile {
+		cpuProfile = make(chan struct{})
+		go func() {
+			defer close(cpuProfile)
+			d := min(o.steady, cpuProfileMax)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After((o.steady - d) / 2):
+			}
+			heap.saveCPUProfile(ctx, d, profilePath(o.out, "cpu", agent, o.nodes, o.pods))
+		}()
+	}
 	writes, lapses, err := cl.steady(ctx, o.steady)
+	if cpuProfile != nil {
+		<-cpuProfile
+	}
 	if err != nil {
 		return r, err
 	}
@@ -384,12 +429,43 @@ func simNodeNames(n int) []string {
 	return names
 }
 
+// scale is one size the bench measures.
+type scale struct{ nodes, pods int }
+
+// parseScales reads --scales: nodes/pods pairs, comma-separated.
+func parseScales(s string) ([]scale, error) {
+	var out []scale
+	for _, part := range strings.Split(s, ",") {
+		n, p, ok := strings.Cut(strings.TrimSpace(part), "/")
+		nodes, err1 := strconv.Atoi(n)
+		pods, err2 := strconv.Atoi(p)
+		if !ok || err1 != nil || err2 != nil || nodes <= 0 || pods < 0 {
+			return nil, fmt.Errorf("%q is not nodes/pods (for example 1000/5000)", part)
+		}
+		out = append(out, scale{nodes, pods})
+	}
+	return out, nil
+}
+
+// kwokVersion is the version of kwok an agent named kwok@VERSION runs, or
+// "" for any other agent.
+func kwokVersion(agent string) string {
+	v, ok := strings.CutPrefix(agent, "kwok@")
+	if !ok {
+		return ""
+	}
+	return v
+}
+
+// kwokStages are kwokctl's default stages in the stage directory of a kwok
+// module: nodes initialised at once with lease heartbeats, pods Ready at
+// once and deleted at once.
 func kwokStages(dir string) ([]string, error) {
 	var out []string
 	for _, pattern := range []string{"node/fast/node-*.yaml", "node/heartbeat-with-lease/node-*.yaml", "pod/fast/pod-*.yaml"} {
 		m, err := filepath.Glob(filepath.Join(dir, pattern))
 		if err != nil || len(m) == 0 {
-			return nil, fmt.Errorf("no kwok stages %s in --kwok-stages %q", pattern, dir)
+			return nil, fmt.Errorf("no kwok stages %s in %s (is --gomodcache right?)", pattern, dir)
 		}
 		out = append(out, m...)
 	}
@@ -501,8 +577,8 @@ func printTable(w *os.File, results []result) {
 	for _, r := range results {
 		header += r.Agent + "\t"
 	}
-	if len(results) == 2 {
-		header += results[0].Agent + "/" + results[1].Agent + "\t"
+	for _, r := range results[1:] {
+		header += results[0].Agent + "/" + r.Agent + "\t"
 	}
 	fmt.Fprintln(tw, header)
 	rows := []struct {
@@ -533,14 +609,12 @@ func printTable(w *os.File, results []result) {
 		for _, r := range results {
 			line += fmt.Sprintf(row.f, row.get(r)) + "\t"
 		}
-		if len(results) == 2 {
-			a, b := row.get(results[0]), row.get(results[1])
-			if b != 0 {
-				line += fmt.Sprintf("%.2f", a/b)
+		for _, r := range results[1:] {
+			if a, b := row.get(results[0]), row.get(r); b != 0 {
+				line += fmt.Sprintf("%.2f\t", a/b)
 			} else {
-				line += "-"
+				line += "-\t"
 			}
-			line += "\t"
 		}
 		fmt.Fprintln(tw, line)
 	}

@@ -177,6 +177,7 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "IP address that /healthz listens on (0.0.0.0 for every interface)")
 	fs.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "queries per second to the API server")
 	fs.Int32Var(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "burst of queries to the API server")
+	fs.StringVar(&cfg.ContentType, "kube-api-content-type", cfg.ContentType, "content type of requests to the API server: application/vnd.kubernetes.protobuf or application/json")
 	fs.DurationVar(&cfg.Sim.StartDelay.Duration, "sim-start-delay", cfg.Sim.StartDelay.Duration, "sim provider: how long a pod stays Pending")
 	fs.DurationVar(&cfg.Sim.DeleteDelay.Duration, "sim-delete-delay", cfg.Sim.DeleteDelay.Duration, "sim provider: how long a deleted pod takes to terminate")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)

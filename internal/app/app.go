@@ -169,6 +169,7 @@ func Run(ctx context.Context, creds *Credentials, cfg *config.Config, remote *co
 // agent is healthy. New does no I/O beyond what the parts' constructors
 // need; Run starts everything.
 func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Agent, err error) {
+	rc = withContentType(rc, cfg.ContentType)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("create client: %w", err)
@@ -420,6 +421,18 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
+// withContentType is a copy of rc whose requests are encoded as
+// contentType, which it also asks for (and JSON, which everything has,
+// after protobuf, which not everything has).
+func withContentType(rc *rest.Config, contentType string) *rest.Config {
+	rc = rest.CopyConfig(rc)
+	rc.ContentType, rc.AcceptContentTypes = contentType, contentType
+	if contentType == config.ContentTypeProtobuf {
+		rc.AcceptContentTypes += "," + config.ContentTypeJSON
+	}
+	return rc
+}
+
 // agentInformers are the agent's shared informer factories, which Run
 // starts: the pods bound to the managed nodes, those Nodes, and
 // cluster-wide objects. Every informer they make trims what it caches
@@ -431,15 +444,16 @@ type agentInformers struct {
 
 func newAgentInformers(client kubernetes.Interface, names []string) agentInformers {
 	return agentInformers{
-		pods: cachetrim.NewFactory(client, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		pods: cachetrim.NewFactory(client, cachetrim.Transform, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = podSelector(names).String()
 		})),
-		nodes: cachetrim.NewFactory(client, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		// The last-applied status is read from a fresh GET only.
+		nodes: cachetrim.NewFactory(client, cachetrim.Dropping(node.LastAppliedAnnotation), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			if len(names) == 1 {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
 			}
 		})),
-		cluster: cachetrim.NewFactory(client),
+		cluster: cachetrim.NewFactory(client, cachetrim.Transform),
 	}
 }
 

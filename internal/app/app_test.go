@@ -2,7 +2,11 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -151,6 +156,39 @@ func TestAgentInformersCacheNoManagedFields(t *testing.T) {
 	for name, obj := range map[string]metav1.Object{"pod": pod, "node": node, "CSI driver": driver} {
 		if got := obj.GetManagedFields(); got != nil {
 			t.Errorf("cached %s has managedFields %v, want none", name, got)
+		}
+	}
+}
+
+// The agent's client asks for protobuf first (and sends it), as the
+// kubelet's does, and still reads a JSON answer; with contentType JSON it
+// asks for JSON only.
+func TestClientContentType(t *testing.T) {
+	for _, tt := range []struct{ contentType, wantAccept string }{
+		{config.ContentTypeProtobuf, "application/vnd.kubernetes.protobuf,application/json"},
+		{config.ContentTypeJSON, "application/json"},
+	} {
+		var accept atomic.Value
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			accept.Store(r.Header.Get("Accept"))
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n"}}`)
+		}))
+		rc := &rest.Config{Host: srv.URL}
+		client, err := kubernetes.NewForConfig(withContentType(rc, tt.contentType))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := client.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
+		srv.Close()
+		if err != nil || n.Name != "n" {
+			t.Errorf("%s: get node = %v, %v; want n", tt.contentType, n, err)
+		}
+		if got := accept.Load(); got != tt.wantAccept {
+			t.Errorf("%s: Accept %q, want %q", tt.contentType, got, tt.wantAccept)
+		}
+		if rc.ContentType != "" {
+			t.Errorf("withContentType changed its argument: %q", rc.ContentType)
 		}
 	}
 }

@@ -7,7 +7,9 @@
 // reads it, and never sends a cached object back whole: pod and node status
 // go out as patches of status, a Node is written from a fresh GET and a
 // Lease from the answer to its last write (neither from a cache), and an
-// update that leaves managedFields out keeps the API's anyway.
+// update that leaves managedFields out keeps the API's anyway. A factory can
+// also drop named annotations (Dropping): records nodelet writes and reads
+// back only from a fresh GET, such as a node's last-applied status.
 // The package owns no informer; it must never drop a field a provider, the
 // downward API or a write reads (labels, annotations, spec, status).
 package cachetrim
@@ -34,9 +36,27 @@ func Transform(obj any) (any, error) {
 	return obj, nil
 }
 
+// Dropping is Transform that also drops the annotations named, which no
+// reader of the cache may need.
+func Dropping(annotations ...string) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		obj, _ = Transform(obj)
+		// A tombstone, or what is not an API object, has no accessor.
+		if m, err := meta.Accessor(obj); err == nil {
+			if a := m.GetAnnotations(); a != nil {
+				for _, k := range annotations {
+					delete(a, k)
+				}
+			}
+		}
+		return obj, nil
+	}
+}
+
 // NewFactory is informers.NewSharedInformerFactoryWithOptions with no
-// resync whose informers all trim what they cache with Transform.
-func NewFactory(client kubernetes.Interface, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
-	opts = append(opts[:len(opts):len(opts)], informers.WithTransform(Transform))
+// resync whose informers all trim what they cache with transform
+// (Transform, or Dropping's).
+func NewFactory(client kubernetes.Interface, transform cache.TransformFunc, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
+	opts = append(opts[:len(opts):len(opts)], informers.WithTransform(transform))
 	return informers.NewSharedInformerFactoryWithOptions(client, 0, opts...)
 }

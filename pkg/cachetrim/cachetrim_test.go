@@ -56,7 +56,7 @@ func TestFactoryCachesNoManagedFields(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ManagedFields: managed()}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: managed()}}
 	client := fake.NewClientset(pod, node)
-	factory := NewFactory(client)
+	factory := NewFactory(client, Transform)
 	pods := factory.Core().V1().Pods()
 	nodes := factory.Core().V1().Nodes()
 	pods.Informer()
@@ -84,5 +84,28 @@ func TestFactoryCachesNoManagedFields(t *testing.T) {
 	}
 	if cachedPod.ManagedFields != nil || cachedNode.ManagedFields != nil {
 		t.Errorf("cached managedFields: pod %v, node %v; want none", cachedPod.ManagedFields, cachedNode.ManagedFields)
+	}
+}
+
+// Dropping drops the annotations named as well, and only those.
+func TestDroppingDropsTheAnnotationsNamed(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: managed(),
+		Annotations: map[string]string{"example.com/record": "{...}", "example.com/kept": "yes"}}}
+	transform := Dropping("example.com/record", "example.com/absent")
+	for range 2 { // idempotent
+		if _, err := transform(node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if node.ManagedFields != nil || len(node.Annotations) != 1 || node.Annotations["example.com/kept"] != "yes" {
+		t.Errorf("Dropping left managedFields %v and annotations %v; want none and only example.com/kept", node.ManagedFields, node.Annotations)
+	}
+	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bare"}}
+	if _, err := transform(bare); err != nil || bare.Annotations != nil {
+		t.Errorf("Dropping on a node without annotations: %v, %v", bare.Annotations, err)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "n", Obj: node}
+	if got, err := transform(tomb); err != nil || got != any(tomb) {
+		t.Errorf("Dropping(tombstone) = %v, %v; want it unchanged", got, err)
 	}
 }

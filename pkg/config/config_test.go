@@ -41,10 +41,11 @@ func TestValidateNamesEveryField(t *testing.T) {
 	c.Sim.PodCIDR = "nope"
 	c.EvictionHard = map[string]string{"memory.available": "lots"}
 	c.EvictionMaxPodGracePeriod = -1
+	c.ContentType = "application/yaml"
 	errs := c.Validate()
 	msg := errs.ToAggregate().Error()
 	for _, field := range []string{"nodeName", "nodeLeaseDurationSeconds", "pingInterval", "port", "shard", "provider", "sim.podCIDR",
-		"evictionHard[memory.available]", "evictionMaxPodGracePeriod"} {
+		"evictionHard[memory.available]", "evictionMaxPodGracePeriod", "contentType"} {
 		if !strings.Contains(msg, field) {
 			t.Errorf("validation errors do not name %s: %s", field, msg)
 		}

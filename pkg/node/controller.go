@@ -124,7 +124,8 @@ func (o *Options) validate() error {
 // Node is one node to manage.
 type Node struct {
 	// Template holds the name, labels, annotations and taints to register
-	// the node with.
+	// the node with. The controller keeps it: the caller must not change
+	// it afterwards.
 	Template *corev1.Node
 	// Provider describes the node; it may also implement provider.NodeNotifier.
 	Provider provider.NodeProvider
@@ -174,7 +175,7 @@ type nodeState struct {
 	uid         types.UID             // of the registered Node; empty until registered
 	lease       *coordinationv1.Lease // as last written; nil to GET it first
 	pingErr     error                 // outcome of the last ping
-	applied     *corev1.NodeStatus    // status last written, with its times
+	applied     *appliedStatus        // of the status last written
 	appliedAt   time.Time             // when applied was written
 	forceReport bool                  // write the status at the next check even if unchanged
 	reported    bool                  // the first status write succeeded
@@ -228,7 +229,7 @@ func NewController(client kubernetes.Interface, nodes []Node, opts Options) (*Co
 		if _, dup := states[name]; dup {
 			return nil, fmt.Errorf("node controller: node %s is listed twice", name)
 		}
-		states[name] = &nodeState{name: name, template: n.Template.DeepCopy(), provider: n.Provider}
+		states[name] = &nodeState{name: name, template: n.Template, provider: n.Provider}
 	}
 
 	seed := uint64(opts.Clock.Now().UnixNano())
@@ -283,7 +284,7 @@ func (c *Controller) NodeReady(nodeName string) bool {
 	if n.applied == nil {
 		return false
 	}
-	for _, cond := range n.applied.Conditions {
+	for _, cond := range n.applied.conditions {
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue
 		}

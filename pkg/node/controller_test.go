@@ -553,3 +553,59 @@ func TestSetVolumesAttachedSkipsWritesThatChangeNothing(t *testing.T) {
 		t.Errorf("an unchanged empty list cost %d requests, want none", after-before)
 	}
 }
+
+// The first reports of nodes registered or adopted together are spread
+// over half the report interval, so that their later reports do not all
+// come in the same seconds.
+func TestFirstReportsAreSpread(t *testing.T) {
+	var existing []*corev1.Node
+	var nodes []Node
+	for i := range 40 {
+		name := fmt.Sprintf("n%d", i)
+		if i%2 == 1 { // adopted: reported, not created with its status
+			existing = append(existing, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")}})
+		}
+		nodes = append(nodes, Node{Template: template(name), Provider: &fakeProvider{}})
+	}
+	client := newFakeClient(true, existing...)
+	interval := 2 * time.Hour
+	c, err := NewController(client, nodes, Options{PingInterval: time.Hour, StatusReportInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	run(t, c)
+	waitReady(t, c)
+	reported := func(n *nodeState) time.Time {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.appliedAt
+	}
+	poll(t, "every node reported", func() bool {
+		for _, n := range c.nodes {
+			if reported(n).IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	end := time.Now()
+	var earliest, latest time.Time
+	for name, n := range c.nodes {
+		at := reported(n)
+		if at.Before(start.Add(-interval/2)) || at.After(end) {
+			t.Errorf("node %s: first report counted at %v, want within half an interval before %v", name, at, start)
+		}
+		if earliest.IsZero() || at.Before(earliest) {
+			earliest = at
+		}
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	// 40 draws from an hour: that they span less than ten minutes is
+	// about as likely as 40 coins all landing heads.
+	if latest.Sub(earliest) < 10*time.Minute {
+		t.Errorf("first reports counted from %v to %v: not spread over the interval", earliest, latest)
+	}
+}

@@ -41,7 +41,7 @@ func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duratio
 		created, err := leases.Create(ctx, fresh, metav1.CreateOptions{})
 		if err == nil {
 			n.mu.Lock()
-			n.lease = created
+			n.lease = withoutManagedFields(created)
 			n.mu.Unlock()
 			return c.opts.RenewInterval, nil
 		}
@@ -83,8 +83,16 @@ func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duratio
 		n.lease = nil
 		return 0, fmt.Errorf("renew lease: %w", err)
 	}
-	n.lease = renewed
+	n.lease = withoutManagedFields(renewed)
 	return c.opts.RenewInterval, nil
+}
+
+// withoutManagedFields drops l's managedFields, which can be larger than the
+// rest of a Lease, before it is kept for the next renewal: an update that
+// leaves them out keeps the API's.
+func withoutManagedFields(l *coordinationv1.Lease) *coordinationv1.Lease {
+	l.ManagedFields = nil
+	return l
 }
 
 // setLease sets what nodelet owns in a node's Lease: holder, duration,

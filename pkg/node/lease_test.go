@@ -243,3 +243,23 @@ func failOnce(err error) k8stesting.ReactionFunc {
 		return true, nil, err
 	}
 }
+
+// The Lease kept for the next renewal has no managedFields: thousands of
+// nodes would keep them for nothing.
+func TestKeptLeaseHasNoManagedFields(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	c, n, client, _ := leaseController(t)
+	existing := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: corev1.NamespaceNodeLease,
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "nodelet", Operation: metav1.ManagedFieldsOperationUpdate}}}}
+	if err := client.Tracker().Add(existing); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // adopted, then renewed
+		if _, err := c.renewLease(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		if n.lease == nil || n.lease.ManagedFields != nil {
+			t.Fatalf("kept lease %+v, want one without managedFields", n.lease)
+		}
+	}
+}

@@ -310,3 +310,65 @@ func TestAdoptPatchSetsSpecOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestHeartbeatPatch checks the short cut of a periodic report: taken only
+// when the heartbeats are all that moved, and then the same Node as the
+// three-way patch gives.
+func TestHeartbeatPatch(t *testing.T) {
+	last := corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{cond(corev1.NodeReady, corev1.ConditionTrue, hour1), cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, hour1)},
+		Capacity:   corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("4")},
+		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}},
+	}
+	heartbeat := last.DeepCopy()
+	for i := range heartbeat.Conditions {
+		heartbeat.Conditions[i].LastHeartbeatTime = hour2
+	}
+	transitioned := written(t, last)
+	transitioned.Status.Conditions[0].LastTransitionTime = hour2
+	noRecord := written(t, last)
+	delete(noRecord.Annotations, LastAppliedAnnotation)
+	otherCapacity := written(t, last)
+	otherCapacity.Status.Capacity["example.com/device"] = resource.MustParse("1")
+	notReady := heartbeat.DeepCopy()
+	notReady.Conditions[0].Status = corev1.ConditionFalse
+
+	tests := []struct {
+		name    string
+		current *corev1.Node
+		want    *corev1.NodeStatus
+		taken   bool
+	}{
+		{"only the heartbeats moved", written(t, last), heartbeat, true},
+		{"nothing moved", written(t, last), &last, false},
+		{"a condition changed", written(t, last), notReady, false},
+		{"another writer's condition", written(t, last, cond("example.com/Other", corev1.ConditionTrue, hour1)), heartbeat, false},
+		{"another writer's capacity", otherCapacity, heartbeat, false},
+		{"a transition time differs", transitioned, heartbeat, false},
+		{"no record", noRecord, heartbeat, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			patch, taken, err := heartbeatPatch(tt.want, tt.current, lastApplied(tt.current))
+			if err != nil || taken != tt.taken {
+				t.Fatalf("heartbeatPatch taken = %v, %v; want %v", taken, err, tt.taken)
+			}
+			if !taken {
+				return
+			}
+			full, err := threeWayStatusPatch(tt.want, tt.current, lastApplied(tt.current))
+			if err != nil || full == nil {
+				t.Fatalf("three-way patch = %s, %v", full, err)
+			}
+			got, want := applyPatch(t, tt.current, patch), applyPatch(t, tt.current, full)
+			if !reflect.DeepEqual(got, want) {
+				gotJSON, _ := json.Marshal(got)
+				wantJSON, _ := json.Marshal(want)
+				t.Errorf("short-cut patch %s gives\n%s\nthe three-way patch %s gives\n%s", patch, gotJSON, full, wantJSON)
+			}
+			if !strings.Contains(string(patch), `"resourceVersion":"7"`) {
+				t.Errorf("patch %s does not carry the current resourceVersion", patch)
+			}
+		})
+	}
+}

@@ -62,14 +62,14 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 	// it costs one refused request before the adoption below.
 	create := desired.DeepCopy()
 	setConditionTimes(&create.Status, nil, metav1.NewTime(c.opts.Clock.Now()))
-	record, err := json.Marshal(create.Status)
+	record, err := appliedRecord(&create.Status)
 	if err != nil {
-		return "", nil, fmt.Errorf("marshal node status: %w", err)
+		return "", nil, err
 	}
 	if create.Annotations == nil {
 		create.Annotations = map[string]string{}
 	}
-	create.Annotations[LastAppliedAnnotation] = string(record)
+	create.Annotations[LastAppliedAnnotation] = record
 	created, err := nodes.Create(ctx, create, metav1.CreateOptions{})
 	if err == nil {
 		logger.V(2).Info("Registered node")

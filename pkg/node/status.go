@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,8 +48,8 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
-		n.uid, n.lease, n.applied = uid, nil, created
-		n.appliedAt, n.forceReport = c.opts.Clock.Now(), false
+		n.uid, n.lease, n.applied = uid, nil, newAppliedStatus(created)
+		n.appliedAt, n.forceReport = c.spread(c.opts.Clock.Now()), false
 		n.mu.Unlock()
 		if c.useLeases {
 			c.queue.Add(taskKey{node: n.name, task: taskLease})
@@ -73,7 +73,29 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 	if err := c.report(ctx, n, uid, desired); err != nil {
 		return 0, err
 	}
+	if applied == nil {
+		// This agent's first report of the node.
+		n.mu.Lock()
+		n.appliedAt = c.spread(n.appliedAt)
+		n.mu.Unlock()
+	}
 	return check, nil
+}
+
+// spread backdates the time of a node's first report by a random part of
+// up to half the report interval. The nodes of an agent register, or are
+// first reported, within seconds of each other; without it every one of
+// them would report again within the same seconds at every interval, a
+// burst of thousands of writes (and of memory for them) instead of a steady
+// trickle. The next report still waits at least half an interval.
+func (c *Controller) spread(reported time.Time) time.Time {
+	half := int64(c.reportInterval() / 2)
+	if half <= 0 {
+		return reported
+	}
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
+	return reported.Add(-time.Duration(c.rand.Int64N(half)))
 }
 
 // report writes desired as the status of n, registered with uid, and
@@ -90,7 +112,7 @@ func (c *Controller) report(ctx context.Context, n *nodeState, uid types.UID, de
 		return fmt.Errorf("report node status: %w", err)
 	}
 	n.mu.Lock()
-	n.applied, n.appliedAt, n.forceReport = written, c.opts.Clock.Now(), false
+	n.applied, n.appliedAt, n.forceReport = newAppliedStatus(written), c.opts.Clock.Now(), false
 	n.mu.Unlock()
 	klog.FromContext(ctx).V(4).Info("Reported node status")
 	c.markReported(ctx, n)
@@ -116,10 +138,11 @@ func (c *Controller) SetVolumesAttached(ctx context.Context, node types.NodeName
 	if uid == "" {
 		return nil // registered with them
 	}
-	if applied != nil && equality.Semantic.DeepEqual(applied.VolumesAttached, volumes) {
+	desired := c.desiredNode(ctx, n)
+	if applied != nil && !statusChanged(applied, &desired.Status) {
 		return nil // written already: at start, the usual case for every node
 	}
-	err := c.report(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", klog.KRef("", n.name))), n, uid, c.desiredNode(ctx, n))
+	err := c.report(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", klog.KRef("", n.name))), n, uid, desired)
 	if errors.Is(err, errNodeGone) {
 		c.queue.Add(taskKey{node: n.name, task: taskStatus})
 		return apierrors.NewNotFound(corev1.Resource("nodes"), string(node))
@@ -232,18 +255,55 @@ func setConditionTimes(status *corev1.NodeStatus, previous []corev1.NodeConditio
 	}
 }
 
-// statusChanged tells whether desired differs from applied in more than
-// condition times.
-func statusChanged(applied, desired *corev1.NodeStatus) bool {
-	return !equality.Semantic.DeepEqual(withoutConditionTimes(applied), withoutConditionTimes(desired))
+// appliedStatus is what the controller keeps of the status it last wrote
+// to a node: a fingerprint, to tell whether a new status differs, and the
+// status of each condition, to tell whether another writer overwrote one
+// and whether the node was Ready. The status itself is not kept (thousands
+// of nodes would each hold a copy): a write reads the Node fresh.
+type appliedStatus struct {
+	sum        uint64 // statusSum of the status
+	conditions []appliedCondition
 }
 
-// withoutConditionTimes is a copy of status with zero condition times.
-func withoutConditionTimes(status *corev1.NodeStatus) *corev1.NodeStatus {
-	out := status.DeepCopy()
-	for i := range out.Conditions {
-		out.Conditions[i].LastHeartbeatTime = metav1.Time{}
-		out.Conditions[i].LastTransitionTime = metav1.Time{}
+type appliedCondition struct {
+	Type   corev1.NodeConditionType
+	Status corev1.ConditionStatus
+}
+
+func newAppliedStatus(status *corev1.NodeStatus) *appliedStatus {
+	if status == nil {
+		return nil
 	}
-	return out
+	a := &appliedStatus{sum: statusSum(status), conditions: make([]appliedCondition, len(status.Conditions))}
+	for i, c := range status.Conditions {
+		a.conditions[i] = appliedCondition{Type: c.Type, Status: c.Status}
+	}
+	return a
+}
+
+// statusChanged tells whether desired differs from the applied status in
+// more than condition times.
+func statusChanged(applied *appliedStatus, desired *corev1.NodeStatus) bool {
+	sum := statusSum(desired)
+	return sum == 0 || sum != applied.sum
+}
+
+// statusSum fingerprints a status apart from its condition times: the FNV
+// hash of its protobuf encoding, in which maps are in key order and
+// quantities in their canonical form. It is 0 when the status cannot be
+// encoded, which counts as changed.
+func statusSum(status *corev1.NodeStatus) uint64 {
+	s := *status
+	s.Conditions = slices.Clone(status.Conditions)
+	for i := range s.Conditions {
+		s.Conditions[i].LastHeartbeatTime = metav1.Time{}
+		s.Conditions[i].LastTransitionTime = metav1.Time{}
+	}
+	data, err := s.Marshal()
+	if err != nil {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(data)
+	return max(h.Sum64(), 1)
 }

@@ -78,10 +78,10 @@ func TestSetReady(t *testing.T) {
 }
 
 func TestStatusChangedIgnoresConditionTimes(t *testing.T) {
-	applied := &corev1.NodeStatus{
+	applied := newAppliedStatus(&corev1.NodeStatus{
 		Capacity:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: hour1, LastTransitionTime: hour1}},
-	}
+	})
 	same := &corev1.NodeStatus{
 		Capacity:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000m")},
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
@@ -98,5 +98,13 @@ func TestStatusChangedIgnoresConditionTimes(t *testing.T) {
 	bigger.Capacity[corev1.ResourceCPU] = resource.MustParse("2")
 	if !statusChanged(applied, bigger) {
 		t.Error("a capacity change is not seen")
+	}
+	attached := same.DeepCopy()
+	attached.VolumesAttached = []corev1.AttachedVolume{{Name: "kubernetes.io/csi/example^vol-1", DevicePath: "/dev/x"}}
+	if !statusChanged(applied, attached) {
+		t.Error("a volume attached is not seen")
+	}
+	if got := applied.conditions; len(got) != 1 || got[0] != (appliedCondition{corev1.NodeReady, corev1.ConditionTrue}) {
+		t.Errorf("applied conditions = %+v", got)
 	}
 }

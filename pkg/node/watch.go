@@ -36,14 +36,14 @@ func (c *Controller) onNode(obj any) {
 	n.mu.Lock()
 	applied := n.applied
 	n.mu.Unlock()
-	if applied != nil && conditionsOverwritten(applied.Conditions, node.Status.Conditions) {
+	if applied != nil && conditionsOverwritten(applied.conditions, node.Status.Conditions) {
 		c.forceReport(n)
 	}
 }
 
 // conditionsOverwritten tells whether a condition nodelet applied shows a
 // different status in the API.
-func conditionsOverwritten(applied, current []corev1.NodeCondition) bool {
+func conditionsOverwritten(applied []appliedCondition, current []corev1.NodeCondition) bool {
 	for _, a := range applied {
 		for _, cur := range current {
 			if cur.Type == a.Type && cur.Status != a.Status {

@@ -11,13 +11,14 @@ func TestConditionsOverwritten(t *testing.T) {
 	unknown := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}
 	other := corev1.NodeCondition{Type: "Example", Status: corev1.ConditionFalse}
 	tests := []struct {
-		name             string
-		applied, current []corev1.NodeCondition
-		want             bool
+		name    string
+		applied []appliedCondition
+		current []corev1.NodeCondition
+		want    bool
 	}{
-		{"same", []corev1.NodeCondition{ready}, []corev1.NodeCondition{ready, other}, false},
-		{"marked unknown by the node lifecycle controller", []corev1.NodeCondition{ready}, []corev1.NodeCondition{unknown}, true},
-		{"another writer's condition changes", []corev1.NodeCondition{ready}, []corev1.NodeCondition{ready, {Type: "Example", Status: corev1.ConditionTrue}}, false},
+		{"same", []appliedCondition{{ready.Type, ready.Status}}, []corev1.NodeCondition{ready, other}, false},
+		{"marked unknown by the node lifecycle controller", []appliedCondition{{ready.Type, ready.Status}}, []corev1.NodeCondition{unknown}, true},
+		{"another writer's condition changes", []appliedCondition{{ready.Type, ready.Status}}, []corev1.NodeCondition{ready, {Type: "Example", Status: corev1.ConditionTrue}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

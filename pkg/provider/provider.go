@@ -24,7 +24,8 @@ var ErrNotFound = errors.New("pod not found in provider")
 
 // PodLifecycleHandler runs the pods bound to one node. Calls for different
 // pods may come concurrently; calls for one pod never do. The pods passed in
-// are the caller's copies: a provider may keep them.
+// are the caller's copies: a provider may keep them, and the caller does not
+// change them afterwards.
 type PodLifecycleHandler interface {
 	// CreatePod starts the pod. It returns once the pod is accepted; the pod
 	// then progresses on its own and reports through its status.
@@ -36,16 +37,19 @@ type PodLifecycleHandler interface {
 	// It returns without waiting: when the pod has terminated, GetPod reports
 	// ErrNotFound and, for a PodNotifier, the final pod is notified.
 	DeletePod(ctx context.Context, pod *corev1.Pod) error
-	// GetPod returns the pod with its current status, or ErrNotFound.
+	// GetPod returns the pod with its current status, or ErrNotFound. The
+	// status is the caller's; the metadata and spec may be shared with the
+	// provider's and are not to be changed.
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 	// GetPods returns every pod the provider runs (including those still
-	// terminating), each with its current status.
+	// terminating), each with its current status, shared as GetPod's.
 	GetPods(ctx context.Context) ([]*corev1.Pod, error)
 }
 
 // PodNotifier is implemented by providers that push pod status changes. The
-// callback must be called with the pod (and its status) whenever the status
-// changes, and once more when a deleted pod has terminated; it never blocks.
+// callback must be called with the pod (and its status, shared as GetPod's)
+// whenever the status changes, and once more when a deleted pod has
+// terminated; it never blocks.
 // Providers without it are polled.
 type PodNotifier interface {
 	NotifyPods(ctx context.Context, notify func(*corev1.Pod))

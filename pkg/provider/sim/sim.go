@@ -102,6 +102,8 @@ type Options struct {
 	Seed uint64
 	// Capacity is the node's capacity and allocatable; pods are admitted
 	// against its cpu, memory and pods. A resource left out is unlimited.
+	// It is kept, not copied (the nodes of a fleet share one): the caller
+	// must not change it afterwards.
 	Capacity corev1.ResourceList
 	// Clock drives the delays; default clock.RealClock{}.
 	Clock clock.WithDelayedExecution
@@ -280,7 +282,7 @@ type Provider struct {
 
 // simPod is the whole state of one pod.
 type simPod struct {
-	pod     *corev1.Pod       // our copy: spec, metadata and current status
+	pod     *corev1.Pod       // the pod as given (see withOwnStatus), with its current status
 	req     provider.Requests // what it was admitted with
 	ip      uint32            // allocator offset to release, 0 if none
 	outcome outcome
@@ -325,7 +327,6 @@ func New(opts Options) (*Provider, error) {
 	if opts.RunDuration == 0 {
 		opts.RunDuration = DefaultRunDuration
 	}
-	opts.Capacity = opts.Capacity.DeepCopy()
 	opts.Usage.setDefaults()
 	return &Provider{
 		opts:    opts,
@@ -372,7 +373,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("create pod %s: %w", klog.KObj(pod), err)
 	}
 	st := &simPod{
-		pod:          pod.DeepCopy(),
+		pod:          withOwnStatus(pod),
 		req:          req,
 		ip:           off,
 		outcome:      p.opts.outcomeOf(pod.UID),
@@ -427,7 +428,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 		return sameUID(st, pod)
 	}
 	st := &simPod{
-		pod:          pod.DeepCopy(),
+		pod:          withOwnStatus(pod),
 		req:          provider.PodRequests(pod),
 		outcome:      p.opts.outcomeOf(pod.UID),
 		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
@@ -504,9 +505,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := sameUID(st, pod); err != nil {
 		return fmt.Errorf("update: %w", err)
 	}
-	status := st.pod.Status
-	st.pod = pod.DeepCopy()
-	st.pod.Status = status
+	st.pod = &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st.pod.Status}
 	klog.FromContext(ctx).V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
 	return nil
 }
@@ -573,7 +572,18 @@ func gracePeriod(pod *corev1.Pod) *time.Duration {
 	return ptr(time.Duration(*s) * time.Second)
 }
 
-// GetPod returns a copy of the pod with its current status.
+// withOwnStatus is pod with a copy of its status. The metadata and spec
+// are shared, not copied: the pods the provider is given are never changed
+// in place (the pod controller hands over its own copies), so neither the
+// provider, which keeps a pod's and replaces only whole fields of its
+// metadata, nor the callers of GetPod, GetPods and the notify function,
+// which get them, change them. A pod the provider keeps thus costs its
+// status, not a copy of the whole pod.
+func withOwnStatus(pod *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: *pod.Status.DeepCopy()}
+}
+
+// GetPod returns the pod with a copy of its current status.
 func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -581,16 +591,17 @@ func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Po
 	if !ok {
 		return nil, fmt.Errorf("%s/%s: %w", namespace, name, provider.ErrNotFound)
 	}
-	return st.pod.DeepCopy(), nil
+	return withOwnStatus(st.pod), nil
 }
 
-// GetPods returns a copy of every pod, terminating ones included.
+// GetPods returns every pod with a copy of its status, terminating ones
+// included.
 func (p *Provider) GetPods(_ context.Context) ([]*corev1.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]*corev1.Pod, 0, len(p.pods))
 	for _, st := range p.pods {
-		out = append(out, st.pod.DeepCopy())
+		out = append(out, withOwnStatus(st.pod))
 	}
 	return out, nil
 }
@@ -608,7 +619,7 @@ func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
 // the lock and then calls unlockAndNotify.
 func (p *Provider) queueNotify(pod *corev1.Pod) {
 	if p.notify != nil {
-		p.outbox = append(p.outbox, pod.DeepCopy())
+		p.outbox = append(p.outbox, withOwnStatus(pod))
 	}
 }
 

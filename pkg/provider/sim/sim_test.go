@@ -237,10 +237,14 @@ func TestCreatePodIsIdempotent(t *testing.T) {
 	if err := p.CreatePod(ctx, other); err == nil {
 		t.Error("CreatePod of a different pod with the same name succeeded")
 	}
-	// The stored pod is a copy.
-	pod.Spec.Containers[0].Image = "changed"
-	if got := mustGet(t, p, "web").Spec.Containers[0].Image; got != "nginx:1.27" {
-		t.Errorf("stored image changed to %q with the caller's pod", got)
+	// The status is the provider's own: changing the caller's or a
+	// returned one changes nothing stored.
+	pod.Status.Phase = corev1.PodFailed
+	got := mustGet(t, p, "web")
+	got.Status.Conditions[0].Status = "changed"
+	got.Status.Phase = corev1.PodUnknown
+	if again := mustGet(t, p, "web"); again.Status.Phase != corev1.PodRunning || again.Status.Conditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("stored status changed with the caller's or a returned pod: %+v", again.Status)
 	}
 }
 

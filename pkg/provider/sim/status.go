@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 // container up and ready), for some pods exited (in CrashLoopBackOff, then
 // running again) and finished (Succeeded or Failed, on their own or after
 // the pod was deleted).
+
+// podConditions is how many conditions the provider sets on a pod.
+const podConditions = 5
 
 // setPending gives a newly accepted pod its first status.
 func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
@@ -43,6 +47,7 @@ func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
 	s.EphemeralContainerStatuses = nil
 
 	unready := "containers with unready status: [" + names(pod.Spec.Containers) + "]"
+	s.Conditions = slices.Grow(s.Conditions, max(0, podConditions-len(s.Conditions)))
 	setCondition(s, corev1.PodScheduled, corev1.ConditionTrue, "", "", t)
 	setCondition(s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", "", t)
 	if hasInit {

@@ -457,6 +457,11 @@ func TestAdoption(t *testing.T) {
 	if st1.PID == 0 {
 		t.Fatal("no PID")
 	}
+	// The shell has run its echo before the agent is replaced, so a second
+	// "started" later can only come from a second start.
+	eventually(t, 10*time.Second, "the first start logged", func() bool {
+		return strings.Contains(readLog(t, s, "main", 0, LogOptions{TailLines: -1}), "started")
+	})
 
 	// A second agent over the same root.
 	m2, err := NewManager(Options{RootDir: e.root, Exe: e.m.opts.Exe, CgroupName: "nodelet-test"})
