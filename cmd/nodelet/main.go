@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/internal/app"
@@ -166,6 +167,8 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.Authentication.X509.ClientCAFile, "client-ca-file", cfg.Authentication.X509.ClientCAFile, "kubelet API server: CA bundle that signs the client certificates it accepts")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile, "kubelet API server: serving certificate (default: self-signed)")
 	fs.StringVar(&cfg.TLSPrivateKeyFile, "tls-private-key-file", cfg.TLSPrivateKeyFile, "kubelet API server: serving key")
+	fs.Var(cliflag.NewLangleSeparatedMapStringString(&cfg.EvictionHard), "eviction-hard",
+		`hard eviction thresholds, signal<quantity or signal<percent,...; "0%" switches a signal off; replaces the config file's whole set`)
 	fs.StringToStringVar(&cfg.NodeLabels, "node-labels", cfg.NodeLabels, "labels to add to the Node, key=value,...")
 	fs.Var(&taintsValue{&cfg.RegisterWithTaints}, "register-with-taints", "taints to register the Node with, key=value:Effect,...")
 	fs.Int32Var(&cfg.NodeLeaseDurationSeconds, "node-lease-duration-seconds", cfg.NodeLeaseDurationSeconds, "duration of the node Lease; renewed every quarter of it")

@@ -4,8 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/pkg/config"
 )
 
 func TestChildrenOf(t *testing.T) {
@@ -38,5 +42,36 @@ func TestLoadConfigKeepsTheFileApart(t *testing.T) {
 	}
 	if file == nil || file.NodeName != "from-file" || file.NodeLeaseDurationSeconds != 0 {
 		t.Errorf("file = %+v, want the file as decoded, without flags or defaults", file)
+	}
+}
+
+func TestEvictionHardFlagReplacesTheSet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nodelet.yaml")
+	content := "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\nevictionHard:\n  nodefs.available: 20%\n  pid.available: 10%\n"
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want map[string]string
+	}{
+		{[]string{"--node-name", "n"}, config.DefaultEvictionHard()},
+		{[]string{"--node-name", "n", "--config", path}, map[string]string{"nodefs.available": "20%", "pid.available": "10%"}},
+		{[]string{"--node-name", "n", "--config", path, "--eviction-hard", "memory.available<1Gi"}, map[string]string{"memory.available": "1Gi"}},
+		{[]string{"--node-name", "n", "--eviction-hard", "memory.available<100Mi, nodefs.available<0%", "--eviction-hard", "memory.available<2Gi"},
+			map[string]string{"memory.available": "2Gi", "nodefs.available": "0%"}},
+	} {
+		var o options
+		cfg, _, _, err := loadConfig(&o, tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if !reflect.DeepEqual(cfg.EvictionHard, tc.want) {
+			t.Errorf("%v: evictionHard = %v, want %v", tc.args, cfg.EvictionHard, tc.want)
+		}
+	}
+	var o options
+	if _, _, _, err := loadConfig(&o, []string{"--eviction-hard", "memory.available=1Gi"}); err == nil || !strings.Contains(err.Error(), "eviction-hard") {
+		t.Errorf("a malformed --eviction-hard: %v, want an error naming the flag", err)
 	}
 }

@@ -142,7 +142,12 @@ func (c *cluster) startNode(ctx context.Context, extra []string) error {
 	args := append([]string{"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(c.rootDir, "kubeconfig"),
 		"--node-name", nodeName, "--provider", c.provider,
 		"--root-dir", c.rootDir, "--client-ca-file", ca, "--address", c.hostIP,
-		"--cluster-dns", dnsServiceIP, "--cluster-domain", dnsDomain}, extra...)
+		"--cluster-dns", dnsServiceIP, "--cluster-domain", dnsDomain,
+		// Memory is the only eviction signal: the node's disk is the
+		// host's, shared with the builds and everything else the machine
+		// runs, and a kubelet's 10-15% free default would make the run's
+		// outcome the machine's fill level.
+		"--eviction-hard=memory.available<100Mi"}, extra...)
 	if _, err := c.daemon("nodelet", filepath.Join(c.bin, "nodelet"), args...); err != nil {
 		return err
 	}

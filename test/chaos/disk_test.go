@@ -35,17 +35,11 @@ func TestRootDirFull(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	// Disk-pressure eviction is switched off: a kubelet would evict the
-	// pods of a full disk, and the scenario is about the agent's own writes.
-	config := filepath.Join(t.TempDir(), "nodelet.yaml")
-	if err := os.WriteFile(config, []byte(`apiVersion: nodelet.io/v1alpha1
-kind: NodeletConfiguration
-evictionHard: {memory.available: 100Mi, nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%"}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// Disk-pressure eviction is off (startAgent's thresholds are memory
+	// only): a kubelet would evict the pods of a full disk, and the
+	// scenario is about the agent's own writes.
 	prefix := name("disk")
-	a := startAgent(t, prefix, agentOptions{provider: "process", rootDir: rootDir, extra: []string{"--address", "127.0.0.1", "--config", config}})
+	a := startAgent(t, prefix, agentOptions{provider: "process", rootDir: rootDir, extra: []string{"--address", "127.0.0.1"}})
 	waitReady(t, time.Minute, a)
 	ns := newNamespace(t, "disk")
 	o := observe(t, ns, prefix, nil)

@@ -30,14 +30,12 @@ func TestProcessMemoryEviction(t *testing.T) {
 	// the page cache) moving by a few hundred MiB neither trips it early
 	// nor keeps it tripped once the hog is gone.
 	threshold := available - 1024
-	config := writeFile(t, "config.yaml", fmt.Sprintf(`apiVersion: nodelet.io/v1alpha1
+	config := writeFile(t, "config.yaml", `apiVersion: nodelet.io/v1alpha1
 kind: NodeletConfiguration
-evictionHard:
-  memory.available: %dMi
 evictionPressureTransitionPeriod: 60s
-`, threshold))
+`)
 	a.stop()
-	a.args = append(a.args, "--config", config)
+	a.args = append(a.args, "--config", config, fmt.Sprintf("--eviction-hard=memory.available<%dMi", threshold))
 	a.start()
 	waitReady(t, node, 30*time.Second)
 
@@ -163,15 +161,13 @@ spec:
 		t.Fatalf("the node's nodefs.available: %v %+v", err, s)
 	}
 	threshold := int64(*s.Node.Fs.AvailableBytes)>>20 - 300
-	config := writeFile(t, "config.yaml", fmt.Sprintf(`apiVersion: nodelet.io/v1alpha1
+	config := writeFile(t, "config.yaml", `apiVersion: nodelet.io/v1alpha1
 kind: NodeletConfiguration
-evictionHard:
-  nodefs.available: %dMi
 evictionPressureTransitionPeriod: 30s
 imageMinimumGCAge: 1s
-`, threshold))
+`)
 	c.agent.stop()
-	c.agent.args = append(c.agent.args, "--config", config)
+	c.agent.args = append(c.agent.args, "--config", config, fmt.Sprintf("--eviction-hard=nodefs.available<%dMi", threshold))
 	c.agent.start()
 	waitReady(t, node, time.Minute)
 
