@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,31 +107,4 @@ func writeHostAliases(b *bytes.Buffer, aliases []corev1.HostAlias) {
 	for _, a := range aliases {
 		fmt.Fprintf(b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
 	}
-}
-
-// writeHostsFile replaces the file at path with content (mode 0644) by
-// writing a temporary file beside it and renaming it over the old one.
-// Containers that already bind-mount the old file keep seeing it, so it is
-// written before the first container starts and rewritten only with a new
-// sandbox.
-func writeHostsFile(path string, content []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write hosts file: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	_, err = tmp.Write(content)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write hosts file %s: %w", path, err)
-	}
-	return nil
 }

@@ -116,37 +116,3 @@ func TestNeedsHostsFile(t *testing.T) {
 		}
 	}
 }
-
-func TestWriteHostsFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "etc-hosts")
-	for _, content := range []string{"first\n", "second\n"} {
-		if err := writeHostsFile(path, []byte(content)); err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != content {
-			t.Errorf("content = %q, want %q", got, content)
-		}
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode().Perm() != 0o644 {
-		t.Errorf("mode = %v, want 0644", fi.Mode().Perm())
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 {
-		t.Errorf("temporary files left: %v", entries)
-	}
-	if err := writeHostsFile(filepath.Join(dir, "no", "such", "dir"), nil); err == nil {
-		t.Error("no error writing into a missing directory")
-	}
-}

@@ -373,7 +373,7 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		klog.FromContext(ctx).V(2).Info("Linking the container's log failed", "container", c.Name, "err", err)
 	}
 	startErr := rs.StartContainer(ctx, id)
-	s.removeDead(ctx, rs, c.Name, spec.Attempt)
+	s.removeOlderDead(ctx, rs, []string{c.Name})
 	s.refresh(ctx, rs)
 	if startErr != nil {
 		return fmt.Errorf("start container: %w", startErr)
@@ -398,13 +398,15 @@ func (s *criSandbox) terminationMessageFile(name string, attempt int) (string, e
 	return path, nil
 }
 
-// removeDead removes the exited attempts of a container older than the
-// one before attempt: `kubectl logs --previous` needs only that one.
-func (s *criSandbox) removeDead(ctx context.Context, rs internalapi.RuntimeService, name string, attempt int) {
+// removeDeadBefore removes the exited attempts of a container older than
+// keep. One dead attempt is all the kubelet keeps of a container: the
+// latest while it waits to restart (its status and `kubectl logs`), the
+// one before the running attempt once it restarted (`logs --previous`).
+func (s *criSandbox) removeDeadBefore(ctx context.Context, rs internalapi.RuntimeService, name string, keep int) {
 	s.mu.Lock()
 	var old []*criContainer
 	for _, c := range s.containers[name] {
-		if c.status.Attempt < attempt-1 && c.status.State == lifecycle.StateExited {
+		if c.status.Attempt < keep && c.status.State == lifecycle.StateExited {
 			old = append(old, c)
 		}
 	}
@@ -416,6 +418,24 @@ func (s *criSandbox) removeDead(ctx context.Context, rs internalapi.RuntimeServi
 		}
 		s.rt.removeLogLink(c.id)
 		_ = os.Remove(filepath.Join(s.rt.podDir(s.uid), "containers", name, fmt.Sprintf("%d.termination-log", c.status.Attempt)))
+	}
+}
+
+// removeOlderDead removes the exited attempts of the named containers but
+// each one's newest exited attempt.
+func (s *criSandbox) removeOlderDead(ctx context.Context, rs internalapi.RuntimeService, names []string) {
+	for _, name := range names {
+		s.mu.Lock()
+		newest := -1
+		for _, c := range s.containers[name] {
+			if c.status.State == lifecycle.StateExited {
+				newest = max(newest, c.status.Attempt)
+			}
+		}
+		s.mu.Unlock()
+		if newest > 0 {
+			s.removeDeadBefore(ctx, rs, name, newest)
+		}
 	}
 }
 

@@ -363,8 +363,7 @@ func (p *Provider) DeleteDeadContainers(ctx context.Context) error {
 		}
 		sb.mu.Unlock()
 		for name, attempt := range latest {
-			// removeDead keeps the attempt before the one it is given.
-			sb.removeDead(ctx, rs, name, attempt+1)
+			sb.removeDeadBefore(ctx, rs, name, attempt)
 		}
 		sb.refresh(ctx, rs)
 	}

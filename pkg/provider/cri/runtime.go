@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/atomicfile"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/mountinfo"
 	"github.com/nodelet/nodelet/pkg/provider"
@@ -220,6 +221,7 @@ func (r *criRuntime) apply(ctx context.Context, rs internalapi.RuntimeService, l
 	}
 	for i, sb := range exited {
 		r.notifyExits(sb.uid, names[i])
+		sb.removeOlderDead(ctx, rs, names[i])
 	}
 }
 
@@ -311,7 +313,10 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 			err = os.MkdirAll(r.podDir(pod.UID), 0o755)
 		}
 		if err == nil {
-			err = writeHostsFile(sb.hostsFile(), content)
+			// Replaced, never written in place: containers that bind-mount
+			// the old file keep it. It is written before the first
+			// container starts and rewritten only with a new sandbox.
+			err = atomicfile.Write(sb.hostsFile(), content, atomicfile.Options{Perm: 0o644})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("pod /etc/hosts: %w", err)
