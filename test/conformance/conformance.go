@@ -40,7 +40,7 @@ var Skips = []Skip{
 	{`\[Flaky\]`, "marked flaky upstream; not part of any conformance profile"},
 	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36"},
 	{`\[sig-node\] ImageVolume `, "image volumes (spec.volumes[].image), which nodelet does not implement yet; the test also needs upstream's kitten image, whose Alpine base cannot be built here"},
-	{`\[FeatureGate:HostnameOverride\]`, "the beta field spec.hostnameOverride, which nodelet does not implement yet (its tests also need the glibc-dns-testing image)"},
+	{`\[FeatureGate:HostnameOverride\]`, "its specs need the glibc-dns-testing image, which make images does not build (nodelet honours spec.hostnameOverride)"},
 }
 
 // SkipRegexp is the --ginkgo.skip of the run: every pattern of Skips.

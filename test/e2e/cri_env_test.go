@@ -138,15 +138,19 @@ func (c *criAgent) checkNoLeaks(t *testing.T) {
 			t.Errorf("left behind: %s", filepath.Join(dir, e.Name()))
 		}
 	}
+	// The cri tests run one at a time on the shared containerd: once a
+	// test's pods are gone, no pod's network namespace (a mount under
+	// containerd's state directory) nor veth on the bridge is left.
 	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
-			if strings.Contains(line, c.rootDir) {
+			switch {
+			case strings.Contains(line, c.rootDir):
 				t.Errorf("mount left behind: %s", line)
+			case strings.Contains(line, c.env.Dir()) && strings.Contains(line, "/netns/"):
+				t.Errorf("network namespace left behind: %s", line)
 			}
 		}
 	}
-	// The cri tests run one at a time on the shared containerd: once a
-	// test's pods are gone, no pod's veth is left on the bridge.
 	out, err := exec.Command("ip", "-o", "link", "show", "master", c.env.Bridge()).Output()
 	if err != nil {
 		t.Errorf("list the bridge's ports: %v", err)

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -140,7 +142,7 @@ spec:
 
 func TestCRILogsExecPortForward(t *testing.T) {
 	node := uniqueName(t)
-	startCRINodelet(t, node)
+	c := startCRINodelet(t, node)
 	ns := criNamespace(t)
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -170,6 +172,18 @@ spec:
 	})
 	if out := kubectl(t, "logs", "-n", ns, "app", "-c", "main", "--tail=1"); strings.Count(out, "\n") != 1 || !strings.Contains(out, "tick") {
 		t.Errorf("logs --tail=1 = %q", out)
+	}
+	// The log is linked where log shippers look, as the kubelet's
+	// /var/log/containers: <pod>_<namespace>_<container>-<id>.log.
+	var id string
+	for _, cs := range getPod(t, ns, "app").Status.ContainerStatuses {
+		if cs.Name == "main" {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	link := filepath.Join(filepath.Dir(c.logsDir), "containers", fmt.Sprintf("app_%s_main-%s.log", ns, id))
+	if data, err := os.ReadFile(link); err != nil || !strings.Contains(string(data), "hello from app") {
+		t.Errorf("the log through its link %s: %q, %v", link, data, err)
 	}
 	// logs -f follows new lines.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -280,6 +294,52 @@ spec:
 		t.Errorf("pod private-denied: no Event says the registry refused it:\n%s", events)
 	}
 	waitPodPhase(t, ns, "private-allowed", "Running", 2*time.Minute)
+	if events := podEvents(t, ns, "private-allowed"); !strings.Contains(events, "Pulled:") {
+		t.Errorf("pod private-allowed: no Pulled Event in:\n%s", events)
+	}
+}
+
+// A pod's RuntimeClass names the runtime handler its sandbox runs with:
+// containerd's runc through a class whose handler is "runc", and a handler
+// the runtime does not have fails the sandbox with an Event naming it.
+func TestCRIRuntimeClass(t *testing.T) {
+	node := uniqueName(t)
+	startCRINodelet(t, node)
+	ns := criNamespace(t)
+	runc, missing := uniqueName(t)+"-runc", uniqueName(t)+"-missing"
+	for name, handler := range map[string]string{runc: "runc", missing: "no-such-handler"} {
+		kubectl(t, "apply", "-f", writeFile(t, name+".yaml", fmt.Sprintf("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: %s}\nhandler: %s\n", name, handler)))
+		t.Cleanup(func() {
+			if out, err := kubectlErr("delete", "runtimeclass", name, "--ignore-not-found"); err != nil {
+				t.Errorf("delete runtimeclass %s: %v %s", name, err, out)
+			}
+		})
+	}
+	pod := func(name, class string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  nodeName: %s
+  runtimeClassName: %s
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: %s
+    command: ["sleep", "3600"]
+`, name, node, class, busyboxImage)
+	}
+	apply(t, ns, pod("runc", runc))
+	apply(t, ns, pod("missing", missing))
+	waitPodPhase(t, ns, "runc", "Running", 2*time.Minute)
+	eventually(t, time.Minute, "a FailedCreatePodSandBox Event naming the handler", func() (bool, string) {
+		events := podEvents(t, ns, "missing")
+		return strings.Contains(events, "FailedCreatePodSandBox:") && strings.Contains(events, "no-such-handler"), events
+	})
+	if phase := getPod(t, ns, "missing").Status.Phase; phase != corev1.PodPending {
+		t.Errorf("pod missing: phase %s, want Pending", phase)
+	}
 }
 
 func TestCRISecurityContext(t *testing.T) {
