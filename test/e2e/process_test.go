@@ -404,76 +404,6 @@ spec:
 	}
 }
 
-func TestProcessProbes(t *testing.T) {
-	t.Parallel()
-	node := uniqueName(t)
-	startProcessNodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
-	flag := filepath.Join(t.TempDir(), "ready")
-	apply(t, ns, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: probed
-  labels: {app: probed}
-spec:
-  nodeName: %[1]s
-  containers:
-  - name: ready
-    image: nodelet.io/none
-    command: ["sleep", "3600"]
-    ports: [{containerPort: 8080}]
-    readinessProbe:
-      exec: {command: ["test", "-f", "%[2]s"]}
-      periodSeconds: 1
-  - name: live
-    image: nodelet.io/none
-    command: ["sleep", "3600"]
-    livenessProbe:
-      exec: {command: ["false"]}
-      periodSeconds: 1
-      failureThreshold: 2
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: probed
-spec:
-  selector: {app: probed}
-  ports: [{port: 80, targetPort: 8080}]
-`, node, flag))
-	eventually(t, 60*time.Second, "liveness failure restarts the container", func() (bool, string) {
-		out, _ := kubectlErr("get", "pod", "-n", ns, "probed", "-o", `jsonpath={.status.containerStatuses[?(@.name=="live")].restartCount}`)
-		n, _ := strconv.Atoi(out)
-		events, _ := kubectlErr("get", "events", "-n", ns, "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
-		return n >= 1, "restartCount " + out + "\nevents:\n" + events
-	})
-	events := kubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name=probed", "-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
-	if !strings.Contains(events, "Liveness probe failed") {
-		t.Errorf("no Unhealthy event for the liveness probe; events:\n%s", events)
-	}
-
-	// Not ready: the EndpointSlice lists the pod as not ready.
-	endpoint := func() string {
-		out, _ := kubectlErr("get", "endpointslices", "-n", ns, "-l", "kubernetes.io/service-name=probed", "-o", `jsonpath={.items[*].endpoints[*].conditions.ready}`)
-		return out
-	}
-	eventually(t, 30*time.Second, "EndpointSlice lists the pod not ready", func() (bool, string) {
-		out := endpoint()
-		return out == "false", out
-	})
-	if got := kubectl(t, "get", "pod", "-n", ns, "probed", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); got != "False" {
-		t.Errorf("Ready = %s while the readiness probe fails", got)
-	}
-	if err := os.WriteFile(flag, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, "EndpointSlice lists the pod ready", func() (bool, string) {
-		out := endpoint()
-		return out == "true", out
-	})
-}
-
 func TestProcessGracefulTermination(t *testing.T) {
 	t.Parallel()
 	node := uniqueName(t)
@@ -567,32 +497,6 @@ func TestProcessAgentRestartKeepsContainers(t *testing.T) {
 	if out != "Running 0 "+started {
 		t.Errorf("after the agent restart: %q, want Running, restartCount 0, startedAt %s", out, started)
 	}
-}
-
-func TestProcessOOMKilled(t *testing.T) {
-	t.Parallel()
-	node := uniqueName(t)
-	startProcessNodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
-	apply(t, ns, fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: hog
-spec:
-  nodeName: %s
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: nodelet.io/none
-    command: ["python3", "-c", "x = bytearray(512 * 1024 * 1024); print(len(x))"]
-    resources:
-      limits: {memory: 64Mi}
-`, node))
-	eventually(t, 60*time.Second, "container OOMKilled", func() (bool, string) {
-		out, _ := kubectlErr("get", "pod", "-n", ns, "hog", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.reason}")
-		return out == "Failed OOMKilled", out
-	})
 }
 
 func TestProcessKubeletAPIAuth(t *testing.T) {
