@@ -34,9 +34,9 @@ spec:
     image: %[2]s
     command: ["sleep", "3600"]
     ports: [{containerPort: 8080}]
-    volumeMounts: [{name: flags, mountPath: /flags}]
+    volumeMounts: [{name: flags, mountPath: /mnt}]
     readinessProbe:
-      exec: {command: ["test", "-f", "/flags/ready"]}
+      exec: {command: ["test", "-f", "/mnt/ready"]}
       periodSeconds: 1
   - name: live
     image: %[2]s
@@ -80,7 +80,7 @@ func checkProbes(t *testing.T, ns string) {
 	if got := kubectl(t, "get", "pod", "-n", ns, "probed", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); got != "False" {
 		t.Errorf("Ready = %s while the readiness probe fails", got)
 	}
-	kubectl(t, "exec", "-n", ns, "probed", "-c", "ready", "--", "touch", "/flags/ready")
+	kubectl(t, "exec", "-n", ns, "probed", "-c", "ready", "--", "touch", "/mnt/ready")
 	eventually(t, 30*time.Second, "EndpointSlice lists the pod ready", func() (bool, string) {
 		out := endpoint()
 		return out == "true", out
@@ -117,11 +117,11 @@ spec:
   containers:
   - name: c
     image: %[2]s
-    command: ["sh", "-c", "trap 'cat /hook/said; echo got TERM; sleep 2; exit 0' TERM; while true; do sleep 1; done"]
-    volumeMounts: [{name: hook, mountPath: /hook}]
+    command: ["sh", "-c", "trap 'cat /mnt/said; echo got TERM; sleep 2; exit 0' TERM; while true; do sleep 1; done"]
+    volumeMounts: [{name: hook, mountPath: /mnt}]
     lifecycle:
       preStop:
-        exec: {command: ["sh", "-c", "echo prestop > /hook/said"]}
+        exec: {command: ["sh", "-c", "echo prestop > /mnt/said"]}
 `, node, image)
 }
 
