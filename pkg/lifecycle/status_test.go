@@ -221,11 +221,12 @@ func TestBackOff(t *testing.T) {
 		ran     time.Duration
 		want    time.Duration
 	}{
-		{0, time.Second, 10 * time.Second},
-		{1, time.Second, 20 * time.Second},
-		{3, time.Second, 80 * time.Second},
+		{0, time.Second, 0}, // the first exit restarts at once, as the kubelet's
+		{1, time.Second, 10 * time.Second},
+		{2, time.Second, 20 * time.Second},
+		{4, time.Second, 80 * time.Second},
 		{10, time.Second, 5 * time.Minute},
-		{10, 11 * time.Minute, 10 * time.Second}, // a long run resets it
+		{10, 11 * time.Minute, 0}, // a long run resets it
 	} {
 		st := &ContainerStatus{Attempt: tt.attempt, StartedAt: t0, FinishedAt: t0.Add(tt.ran)}
 		if got := backOff(st, 0); got != tt.want {

@@ -38,13 +38,15 @@ const (
 
 // backOff is the wait before the restart of a container that exited after
 // the run st, its attempt-th restart; the back-off counts the attempts since
-// the from-th, when the container's spec last changed.
+// the from-th, when the container's spec last changed. As the kubelet's, the
+// first exit since then, or after a long run, restarts at once; the next
+// waits initialBackOff, doubling each time up to maxBackOff.
 func backOff(st *ContainerStatus, from int) time.Duration {
-	if st.FinishedAt.Sub(st.StartedAt) >= backOffReset {
-		return initialBackOff
+	if st.Attempt <= from || st.FinishedAt.Sub(st.StartedAt) >= backOffReset {
+		return 0
 	}
 	d := initialBackOff
-	for i := from; i < st.Attempt && d < maxBackOff; i++ {
+	for i := from + 1; i < st.Attempt && d < maxBackOff; i++ {
 		d *= 2
 	}
 	return min(d, maxBackOff)
