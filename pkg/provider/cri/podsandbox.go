@@ -399,9 +399,7 @@ func (s *criSandbox) terminationMessageFile(name string, attempt int) (string, e
 }
 
 // removeDeadBefore removes the exited attempts of a container older than
-// keep. One dead attempt is all the kubelet keeps of a container: the
-// latest while it waits to restart (its status and `kubectl logs`), the
-// one before the running attempt once it restarted (`logs --previous`).
+// keep.
 func (s *criSandbox) removeDeadBefore(ctx context.Context, rs internalapi.RuntimeService, name string, keep int) {
 	s.mu.Lock()
 	var old []*criContainer
@@ -422,7 +420,9 @@ func (s *criSandbox) removeDeadBefore(ctx context.Context, rs internalapi.Runtim
 }
 
 // removeOlderDead removes the exited attempts of the named containers but
-// each one's newest exited attempt.
+// each one's newest exited attempt, all the kubelet keeps of a container:
+// the latest while it waits to restart (its status and `kubectl logs`), the
+// one before the running attempt once it restarted (`logs --previous`).
 func (s *criSandbox) removeOlderDead(ctx context.Context, rs internalapi.RuntimeService, names []string) {
 	for _, name := range names {
 		s.mu.Lock()
