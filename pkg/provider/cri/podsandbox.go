@@ -373,7 +373,8 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		klog.FromContext(ctx).V(2).Info("Linking the container's log failed", "container", c.Name, "err", err)
 	}
 	startErr := rs.StartContainer(ctx, id)
-	s.removeOlderDead(ctx, rs, []string{c.Name})
+	// The attempt before this one stays for `kubectl logs --previous`.
+	s.removeDeadBefore(ctx, rs, c.Name, spec.Attempt-1)
 	s.refresh(ctx, rs)
 	if startErr != nil {
 		return fmt.Errorf("start container: %w", startErr)
@@ -416,26 +417,6 @@ func (s *criSandbox) removeDeadBefore(ctx context.Context, rs internalapi.Runtim
 		}
 		s.rt.removeLogLink(c.id)
 		_ = os.Remove(filepath.Join(s.rt.podDir(s.uid), "containers", name, fmt.Sprintf("%d.termination-log", c.status.Attempt)))
-	}
-}
-
-// removeOlderDead removes the exited attempts of the named containers but
-// each one's newest exited attempt, all the kubelet keeps of a container:
-// the latest while it waits to restart (its status and `kubectl logs`), the
-// one before the running attempt once it restarted (`logs --previous`).
-func (s *criSandbox) removeOlderDead(ctx context.Context, rs internalapi.RuntimeService, names []string) {
-	for _, name := range names {
-		s.mu.Lock()
-		newest := -1
-		for _, c := range s.containers[name] {
-			if c.status.State == lifecycle.StateExited {
-				newest = max(newest, c.status.Attempt)
-			}
-		}
-		s.mu.Unlock()
-		if newest > 0 {
-			s.removeDeadBefore(ctx, rs, name, newest)
-		}
 	}
 }
 

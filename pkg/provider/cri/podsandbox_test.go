@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -234,60 +233,5 @@ func TestRelistKeepsASandboxSetUpAfterItsList(t *testing.T) {
 	rt.apply(ctx, rs, rt.listSeq.Add(1), nil, rt.listSeq.Add(1), nil)
 	if sb := rt.sandboxes["u1"]; sb != nil {
 		t.Errorf("a sandbox no list shows any more is kept: %s", sb.id)
-	}
-}
-
-// One dead attempt of a container is kept, the latest: once a crash-looping
-// container's newest attempt exits, the one before it goes. Before, two
-// stayed while the container waited to restart.
-func TestExitRemovesOlderDeadAttempts(t *testing.T) {
-	ctx := context.Background()
-	rs := criapitesting.NewFakeRuntimeService()
-	rt := &criRuntime{conn: &connection{runtime: rs}, sandboxes: map[types.UID]*criSandbox{}, relistNow: make(chan struct{}, 1)}
-	labels := map[string]string{labelPodUID: "u1", labelPodName: "p", labelPodNamespace: "ns", labelNode: "n"}
-	attempt := func(id string, n uint32, state runtimeapi.ContainerState) *criapitesting.FakeContainer {
-		return &criapitesting.FakeContainer{SandboxID: "sb1", ContainerStatus: runtimeapi.ContainerStatus{
-			Id: id, Metadata: &runtimeapi.ContainerMetadata{Name: "app", Attempt: n}, State: state, StartedAt: 1, FinishedAt: 2,
-			Annotations: map[string]string{annotationRestartCount: strconv.Itoa(int(n))}}}
-	}
-	sandbox := []*runtimeapi.PodSandbox{{Id: "sb1", Labels: labels, State: runtimeapi.PodSandboxState_SANDBOX_READY}}
-	ids := func() []string {
-		list, err := rs.ListContainers(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, c := range list {
-			out = append(out, c.Id)
-		}
-		slices.Sort(out)
-		return out
-	}
-	relist := func() {
-		list, err := rs.ListContainers(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rt.apply(ctx, rs, rt.listSeq.Add(1), sandbox, rt.listSeq.Add(1), list)
-	}
-
-	rs.SetFakeContainers([]*criapitesting.FakeContainer{
-		attempt("c0", 0, runtimeapi.ContainerState_CONTAINER_EXITED),
-		attempt("c1", 1, runtimeapi.ContainerState_CONTAINER_RUNNING),
-	})
-	relist()
-	if got := ids(); !slices.Equal(got, []string{"c0", "c1"}) {
-		t.Fatalf("with attempt 1 running: %v, want the one before it kept", got)
-	}
-	rs.SetFakeContainers([]*criapitesting.FakeContainer{
-		attempt("c0", 0, runtimeapi.ContainerState_CONTAINER_EXITED),
-		attempt("c1", 1, runtimeapi.ContainerState_CONTAINER_EXITED),
-	})
-	relist()
-	if got := ids(); !slices.Equal(got, []string{"c1"}) {
-		t.Errorf("after attempt 1 exited: %v, want only c1", got)
-	}
-	if st, ok := rt.sandboxes["u1"].Container("app"); !ok || st.Attempt != 1 || st.State != lifecycle.StateExited {
-		t.Errorf("app: %+v %v, want attempt 1 exited", st, ok)
 	}
 }

@@ -221,7 +221,6 @@ func (r *criRuntime) apply(ctx context.Context, rs internalapi.RuntimeService, l
 	}
 	for i, sb := range exited {
 		r.notifyExits(sb.uid, names[i])
-		sb.removeOlderDead(ctx, rs, names[i])
 	}
 }
 
