@@ -330,6 +330,9 @@ func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c 
 		w.mu.Unlock()
 		if first {
 			w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID)
+			// Waiting to restart, the container's status and its logs (also
+			// --previous) read only this attempt: one dead attempt is kept.
+			w.sandbox.RemoveDeadBefore(ctx, c.Name, st.Attempt)
 		}
 		return wait
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -156,6 +157,14 @@ func (s *fakeSandbox) Previous(name string) (ContainerStatus, bool) {
 	return list[len(list)-2], true
 }
 
+func (s *fakeSandbox) RemoveDeadBefore(_ context.Context, name string, attempt int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts[name] = slices.DeleteFunc(s.attempts[name], func(st ContainerStatus) bool {
+		return st.Attempt < attempt && st.State == StateExited
+	})
+}
+
 func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
 	if s.dead.Load() {
 		return fmt.Errorf("container %s: pod sandbox: not running", spec.Container.Name)
@@ -239,11 +248,12 @@ func (s *fakeSandbox) ExecSync(context.Context, string, []string) ([]byte, int, 
 
 func (s *fakeSandbox) Exec(context.Context, string, []string, StreamIO) (int, error) { return 0, nil }
 func (s *fakeSandbox) Attach(context.Context, string, StreamIO) error                { return nil }
-func (s *fakeSandbox) ReadLogs(ctx context.Context, _ string, _ int, opts LogOptions, w io.Writer) error {
+func (s *fakeSandbox) ReadLogs(ctx context.Context, _ string, attempt int, opts LogOptions, w io.Writer) error {
 	if s.rt.readLogs != nil {
 		return s.rt.readLogs(ctx, opts, w)
 	}
-	return nil
+	_, err := fmt.Fprintf(w, "attempt %d\n", attempt)
+	return err
 }
 func (s *fakeSandbox) PortForward(context.Context, int32, io.ReadWriteCloser) error { return nil }
 
@@ -824,5 +834,49 @@ func TestEvictFailsThePod(t *testing.T) {
 	}
 	if err := f.m.Evict(testPod("other", corev1.PodSpec{}), Eviction{Reason: "Evicted"}); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("evicting an unknown pod: %v, want ErrNotFound", err)
+	}
+}
+
+// A container waiting to restart keeps one dead attempt, its latest, which
+// both its logs and its --previous logs read, as the kubelet's (--previous
+// read the attempt before, which stayed beside it).
+func TestCrashLoopKeepsOneDeadAttempt(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	f.rt.crash = map[string]bool{"app": true}
+	pod := testPod("loop", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "i"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "waiting in back-off after a restart", func() (bool, string) {
+		s := f.status("loop")
+		if len(s.ContainerStatuses) == 0 {
+			return false, "no status"
+		}
+		cs := s.ContainerStatuses[0]
+		return cs.RestartCount >= 1 && cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff", fmt.Sprintf("%+v", cs)
+	})
+	latest := int(f.status("loop").ContainerStatuses[0].RestartCount)
+	sb := f.rt.sandbox(pod.UID)
+	eventually(t, "one dead attempt", func() (bool, string) {
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		list := sb.attempts["app"]
+		return len(list) == 1 && list[0].Attempt == latest, fmt.Sprintf("%+v", list)
+	})
+	logs := func(previous bool) string {
+		r, err := f.m.GetContainerLogs(context.Background(), "ns", "loop", "app", provider.ContainerLogOpts{Previous: previous})
+		if err != nil {
+			t.Fatalf("logs (previous %v): %v", previous, err)
+		}
+		defer r.Close()
+		out, _ := io.ReadAll(r)
+		return string(out)
+	}
+	want := fmt.Sprintf("attempt %d\n", latest)
+	if got := logs(false); got != want {
+		t.Errorf("logs while waiting: %q, want %q", got, want)
+	}
+	if got := logs(true); got != want {
+		t.Errorf("logs --previous while waiting: %q, want %q (the last state's run)", got, want)
 	}
 }

@@ -56,6 +56,10 @@ type Sandbox interface {
 	// resources as c now has them (an in-place resize). ErrResizeUnsupported
 	// says the runtime cannot: the container is restarted instead.
 	UpdateResources(ctx context.Context, pod *corev1.Pod, c *corev1.Container) error
+	// RemoveDeadBefore removes the exited attempts of a container older
+	// than attempt, which neither its status nor its logs read any more; a
+	// runtime whose dead attempts cost nothing may keep them.
+	RemoveDeadBefore(ctx context.Context, name string, attempt int)
 	// ExecSync runs argv in a running container, as probes and hooks do,
 	// and returns its output (stdout and stderr, up to a bound) and exit
 	// code.

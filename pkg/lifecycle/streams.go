@@ -40,15 +40,32 @@ func (m *Manager) container(namespace, pod, container string) (*podWorker, Sandb
 	return w, sb, nil
 }
 
+// lastStateIs tells whether the container's last state, as the worker last
+// reported it, is the run with that container ID.
+func (w *podWorker) lastStateIs(container, id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, list := range [][]corev1.ContainerStatus{w.status.InitContainerStatuses, w.status.ContainerStatuses, w.status.EphemeralContainerStatuses} {
+		for _, cs := range list {
+			if cs.Name == container {
+				last := cs.LastTerminationState.Terminated
+				return last != nil && id != "" && last.ContainerID == id
+			}
+		}
+	}
+	return false
+}
+
 // GetContainerLogs streams a container's log: the latest run, or with
-// Previous the one before.
+// Previous the run of its last state, as the kubelet does: the one before
+// the latest, but the latest itself while the container waits to restart.
 func (m *Manager) GetContainerLogs(ctx context.Context, namespace, pod, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
-	_, sb, err := m.container(namespace, pod, container)
+	worker, sb, err := m.container(namespace, pod, container)
 	if err != nil {
 		return nil, err
 	}
 	st, ok := sb.Container(container)
-	if opts.Previous {
+	if opts.Previous && !(ok && worker.lastStateIs(container, st.ID)) {
 		st, ok = sb.Previous(container)
 		if !ok {
 			return nil, fmt.Errorf("previous terminated container %q in pod %q not found", container, pod)

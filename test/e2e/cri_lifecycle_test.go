@@ -195,17 +195,20 @@ spec:
 	if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 1 || !strings.Contains(last.Message, "attempt") {
 		t.Errorf("last state %+v, want exit 1 with the log's end as the message", cs.LastTerminationState)
 	}
-	// While it waits to restart, the latest dead attempt and the one
-	// before it (`logs --previous` reads it) are all that is kept.
-	_, containers := c.runtimePods(t)
-	var dead []string
-	for _, ct := range containers {
-		if ct.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			dead = append(dead, fmt.Sprintf("attempt %d", ct.GetMetadata().GetAttempt()))
+	// While it waits to restart, its latest attempt is the one dead
+	// container kept: its status and its logs, --previous too, read it.
+	eventually(t, 30*time.Second, "one dead container in the runtime", func() (bool, string) {
+		_, containers := c.runtimePods(t)
+		var dead []string
+		for _, ct := range containers {
+			if ct.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+				dead = append(dead, fmt.Sprintf("attempt %d", ct.GetMetadata().GetAttempt()))
+			}
 		}
-	}
-	if len(dead) > 2 {
-		t.Errorf("dead containers in the runtime after %d restarts: %v, want at most the latest and the one before", cs.RestartCount, dead)
+		return len(dead) == 1, fmt.Sprintf("%d restarts, dead: %v", cs.RestartCount, dead)
+	})
+	if out := kubectl(t, "logs", "-n", ns, "crash", "--previous"); !strings.Contains(out, "attempt") {
+		t.Errorf("logs --previous while waiting to restart: %q", out)
 	}
 }
 

@@ -399,6 +399,16 @@ func (s *criSandbox) terminationMessageFile(name string, attempt int) (string, e
 	return path, nil
 }
 
+// RemoveDeadBefore removes the exited attempts of a container older than
+// attempt from the runtime.
+func (s *criSandbox) RemoveDeadBefore(ctx context.Context, name string, attempt int) {
+	rs, _, err := s.rt.conn.services(ctx)
+	if err != nil {
+		return
+	}
+	s.removeDeadBefore(ctx, rs, name, attempt)
+}
+
 // removeDeadBefore removes the exited attempts of a container older than
 // keep.
 func (s *criSandbox) removeDeadBefore(ctx context.Context, rs internalapi.RuntimeService, name string, keep int) {

@@ -78,6 +78,10 @@ func (s hostSandbox) Previous(name string) (lifecycle.ContainerStatus, bool) {
 	return s.status(st), ok
 }
 
+// RemoveDeadBefore keeps the attempts: a dead one is a directory of
+// records and logs, removed with the pod.
+func (s hostSandbox) RemoveDeadBefore(context.Context, string, int) {}
+
 // status is the lifecycle's view of an attempt; its ID names the pod, the
 // container and the attempt.
 func (s hostSandbox) status(st sandbox.ContainerStatus) lifecycle.ContainerStatus {
