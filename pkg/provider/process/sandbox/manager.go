@@ -204,7 +204,7 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), rec); err != nil {
 		return nil, err
 	}
-	pid, ready, err := m.startSandbox(dir)
+	pid, ready, recorded, err := m.startSandbox(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,12 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 	m.joinSupervisorsCgroup(logger, pid)
 	rec.PID = pid
 	rec.StartTime, _, _ = procStat(pid)
-	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), rec); err != nil {
+	err = writeJSONAtomic(filepath.Join(dir, sandboxFile), rec)
+	if err == nil {
+		_, err = recorded.Write([]byte{1})
+	}
+	recorded.Close()
+	if err != nil {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 		return nil, err
 	}
@@ -226,34 +231,44 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 
 // startSandbox starts the sandbox process in new PID, UTS, IPC and mount
 // namespaces and its own session, so that it outlives the agent. The
-// sandbox writes a byte on the returned pipe once it serves its socket.
-func (m *Manager) startSandbox(dir string) (int, *os.File, error) {
+// sandbox waits for a byte on recorded, which the agent writes once the
+// sandbox's PID is in its record: an agent that dies before leaves no
+// sandbox that nobody could find to stop. The sandbox then writes a byte on
+// ready once it serves its socket.
+func (m *Manager) startSandbox(dir string) (pid int, ready, recorded *os.File, err error) {
 	out, err := os.OpenFile(filepath.Join(dir, sandboxLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
-		return 0, nil, fmt.Errorf("open sandbox log: %w", err)
+		return 0, nil, nil, fmt.Errorf("open sandbox log: %w", err)
 	}
 	defer out.Close()
 	ready, w, err := os.Pipe()
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer w.Close()
+	told, recorded, err := os.Pipe()
+	if err != nil {
+		ready.Close()
+		return 0, nil, nil, err
+	}
+	defer told.Close()
 	cmd := exec.Command(m.opts.Exe, cmdSandbox, dir)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=" + defaultPath, "GOMAXPROCS=1"}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.ExtraFiles = []*os.File{w} // descriptor 3: sandboxReadyFD
+	cmd.ExtraFiles = []*os.File{w, told} // descriptors 3 and 4: sandboxReadyFD, sandboxRecordedFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC | syscall.CLONE_NEWNS,
 		Setsid:     true,
 	}
 	if err := cmd.Start(); err != nil {
 		ready.Close()
-		return 0, nil, fmt.Errorf("start sandbox: %w", err)
+		recorded.Close()
+		return 0, nil, nil, fmt.Errorf("start sandbox: %w", err)
 	}
 	// Reap it if it ends while we run; an agent that dies leaves it running.
 	go func() { _ = cmd.Wait() }()
-	return cmd.Process.Pid, ready, nil
+	return cmd.Process.Pid, ready, recorded, nil
 }
 
 // supervisorsCgroup is the CPU cgroup, under the pods' parent, that the

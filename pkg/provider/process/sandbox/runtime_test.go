@@ -690,3 +690,34 @@ func TestShimProcess(t *testing.T) {
 		t.Errorf("log %q lacks the output", log)
 	}
 }
+
+// A sandbox whose agent is killed before it recorded the sandbox's PID
+// ends instead of serving: no record names it, so nothing could ever stop
+// it (the chaos scenario of agent kills left one running for good).
+func TestSandboxOfAnAgentGoneBeforeRecordingEnds(t *testing.T) {
+	e := newEnv(t, Options{})
+	uid := types.UID("uid-gone-before-recording")
+	dir := e.m.podDir(uid)
+	if err := os.MkdirAll(filepath.Join(dir, containersDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := writeJSONAtomic(filepath.Join(dir, sandboxFile), sandboxRecord{Spec: SandboxSpec{UID: uid, Namespace: "default", Name: "gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	pid, ready, recorded, err := e.m.startSandbox(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ready.Close()
+	start, _, _ := procStat(pid)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	recorded.Close() // the agent dies without a word
+	eventually(t, 10*time.Second, "the sandbox ended", func() bool { return !processAlive(pid, start) })
+	if err := waitReady(e.ctx, dir, ready); err == nil {
+		t.Error("the sandbox said it was ready")
+	}
+	if _, err := os.Stat(filepath.Join(dir, sandboxSock)); err == nil {
+		t.Error("the sandbox served its socket")
+	}
+}

@@ -15,8 +15,12 @@ import (
 )
 
 // sandboxReadyFD is the descriptor on which the sandbox tells the agent
-// that it serves its socket.
-const sandboxReadyFD = 3
+// that it serves its socket; on sandboxRecordedFD the agent tells the
+// sandbox that its PID is recorded.
+const (
+	sandboxReadyFD    = 3
+	sandboxRecordedFD = 4
+)
 
 // runSandbox is the pod sandbox: PID 1 of the pod's namespaces. It names
 // the pod's host, keeps its mounts private, reaps orphans and, when the
@@ -24,7 +28,18 @@ const sandboxReadyFD = 3
 // it is the pod's one supervising process.
 func runSandbox(podDir string) error {
 	syscall.CloseOnExec(sandboxReadyFD)
+	syscall.CloseOnExec(sandboxRecordedFD)
 	ready := os.NewFile(sandboxReadyFD, "ready")
+	// Nothing runs until the agent has recorded this process: an agent
+	// killed before it did closes the pipe, and no one could ever find this
+	// sandbox to stop it.
+	recorded := os.NewFile(sandboxRecordedFD, "recorded")
+	var b [1]byte
+	n, _ := recorded.Read(b[:])
+	recorded.Close()
+	if n != 1 {
+		return errors.New("the agent that started the sandbox is gone before recording it")
+	}
 	ctx := klog.NewContext(context.Background(), klog.Background().WithValues("sandbox", podDir))
 	logger := klog.FromContext(ctx)
 	var rec sandboxRecord
