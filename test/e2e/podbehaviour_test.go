@@ -150,42 +150,48 @@ func checkEndings(t *testing.T, ns string) {
 	}
 }
 
-func TestProcessProbes(t *testing.T) {
+// onProcessNode applies the pods that pods makes for a process node of the
+// test's own, and returns their namespace. The test runs in parallel.
+func onProcessNode(t *testing.T, pods func(node, image string) string) string {
+	t.Helper()
 	t.Parallel()
 	node := uniqueName(t)
 	startProcessNodelet(t, node)
 	ns := newNamespace(t)
 	t.Cleanup(func() { deletePods(t, ns) })
-	apply(t, ns, probedPod(node, "nodelet.io/none"))
-	checkProbes(t, ns)
+	apply(t, ns, pods(node, "nodelet.io/none"))
+	return ns
 }
 
-func TestCRIProbes(t *testing.T) {
+// onCRINode applies them for a cri node of the test's own, with the
+// busybox image (the cri tests run one at a time).
+func onCRINode(t *testing.T, pods func(node, image string) string) string {
+	t.Helper()
 	node := uniqueName(t)
 	startCRINodelet(t, node)
 	ns := criNamespace(t)
-	apply(t, ns, probedPod(node, busyboxImage))
-	checkProbes(t, ns)
+	apply(t, ns, pods(node, busyboxImage))
+	return ns
+}
+
+func TestProcessProbes(t *testing.T) {
+	checkProbes(t, onProcessNode(t, probedPod))
+}
+
+func TestCRIProbes(t *testing.T) {
+	checkProbes(t, onCRINode(t, probedPod))
 }
 
 func TestProcessOOMAndPreStop(t *testing.T) {
-	t.Parallel()
-	node := uniqueName(t)
-	startProcessNodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
-	apply(t, ns, endingPods(node, "nodelet.io/none"))
-	checkEndings(t, ns)
+	checkEndings(t, onProcessNode(t, endingPods))
 }
 
 // The termination message is the cri provider's alone: a process
 // container runs in the host's filesystem, where no file is mounted at its
 // terminationMessagePath.
 func TestCRITerminationMessageOOMAndPreStop(t *testing.T) {
-	node := uniqueName(t)
-	startCRINodelet(t, node)
-	ns := criNamespace(t)
-	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+	ns := onCRINode(t, func(node, image string) string {
+		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: msg
@@ -196,8 +202,9 @@ spec:
   - name: c
     image: %s
     command: ["sh", "-c", "printf 'all done' > /dev/termination-log"]
-`, node, busyboxImage))
-	apply(t, ns, endingPods(node, busyboxImage))
+---
+`, node, image) + endingPods(node, image)
+	})
 	eventually(t, 3*time.Minute, "termination message", func() (bool, string) {
 		out, _ := kubectlErr("get", "pod", "-n", ns, "msg", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.message}")
 		return out == "Succeeded all done", out

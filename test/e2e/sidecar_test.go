@@ -78,19 +78,9 @@ func checkSidecarPod(t *testing.T, ns string) {
 }
 
 func TestProcessNativeSidecar(t *testing.T) {
-	t.Parallel()
-	node := uniqueName(t)
-	startProcessNodelet(t, node)
-	ns := newNamespace(t)
-	t.Cleanup(func() { deletePods(t, ns) })
-	apply(t, ns, sidecarPod(node, "nodelet.io/none"))
-	checkSidecarPod(t, ns)
+	checkSidecarPod(t, onProcessNode(t, sidecarPod))
 }
 
 func TestCRINativeSidecar(t *testing.T) {
-	node := uniqueName(t)
-	startCRINodelet(t, node)
-	ns := criNamespace(t)
-	apply(t, ns, sidecarPod(node, busyboxImage))
-	checkSidecarPod(t, ns)
+	checkSidecarPod(t, onCRINode(t, sidecarPod))
 }
