@@ -249,12 +249,8 @@ func startAgent(t *testing.T, nodeName string, o agentOptions) *node {
 		args = append(args, "--nodes", strconv.Itoa(o.nodes))
 	}
 	if o.provider != "sim" {
-		// Memory is the only eviction signal: the agents' disk is the
-		// host's, and at the kubelet's default 10-15% free the scenario's
-		// outcome would be the machine's fill level (the run's own builds
-		// among it), not the agent's behaviour.
 		args = append(args, "--port", strconv.Itoa(freePort(t)), "--client-ca-file", filepath.Join(cp.Dir, "pki", "ca.crt"),
-			"--eviction-hard=memory.available<100Mi")
+			fault.MemoryEvictionOnly)
 	}
 	n := &node{Agent: &fault.Agent{Bin: filepath.Join(root, "bin/nodelet"), Args: append(args, o.extra...), LogDir: logDir},
 		name: nodeName, nodes: o.nodes, rootDir: o.rootDir}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/test/fault"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -65,20 +66,12 @@ func startProcessNodelet(t *testing.T, node string, extra ...string) *processAge
 	uids := recordPodUIDs(t, node)
 	t.Cleanup(func() { checkNoLeaks(t, rootDir, uids()) })
 	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca,
-		"--address", hostIP(t), hostDiskEviction}, nodeIdentity(t, node, kubeconfig, rootDir)...)
+		"--address", hostIP(t), fault.MemoryEvictionOnly}, nodeIdentity(t, node, kubeconfig, rootDir)...)
 	args = append(args, extra...)
 	a := startNodelet(t, node, args...)
 	waitReady(t, node, 30*time.Second)
 	return &processAgent{agent: a, rootDir: rootDir, port: port}
 }
-
-// hostDiskEviction is the hard eviction flag of the tests' process and cri
-// agents: memory only. Their disk is the host's, shared with everything
-// else the machine runs (the builds of the run among them); at the
-// kubelet's default 10-15% free the test's outcome would be the machine's
-// fill level, not the agent's behaviour. Tests of disk eviction set their
-// thresholds with a later --eviction-hard, which adds to this one.
-const hostDiskEviction = "--eviction-hard=memory.available<100Mi"
 
 // hostIP is the machine's first non-loopback IPv4 address: pod IPs are the
 // node's, and Endpoints refuse loopback addresses.

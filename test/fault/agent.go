@@ -9,6 +9,14 @@ import (
 	"time"
 )
 
+// MemoryEvictionOnly is the hard eviction flag of the tests' process and
+// cri agents: memory only. Their disk is the host's, shared with everything
+// else the machine runs (the builds of the run among them), and at the
+// kubelet's default 10-15% free a test's outcome would be the machine's
+// fill level, not the agent's behaviour. Tests of disk eviction set their
+// thresholds with a later --eviction-hard, which adds to this one.
+const MemoryEvictionOnly = "--eviction-hard=memory.available<100Mi"
+
 // Agent is one bin/nodelet process that may be started, killed and
 // started again with the same flags; each start logs to a file of its own
 // in LogDir.
