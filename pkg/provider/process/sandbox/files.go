@@ -49,6 +49,10 @@ type sandboxRecord struct {
 	// Cgroups are the pod's cgroup directories, one per hierarchy.
 	Cgroups  []string `json:"cgroups,omitempty"`
 	CgroupV2 bool     `json:"cgroupV2,omitempty"`
+	// AppliesSecurity: the sandbox applies ContainerSpec.Security. The
+	// sandboxes of agents that predate it run every container as root with
+	// every capability, whatever its spec says.
+	AppliesSecurity bool `json:"appliesSecurity,omitempty"`
 }
 
 // shimConfig is everything a shim needs to run one container attempt.

@@ -14,6 +14,7 @@ import (
 const (
 	cmdSandbox = "runtime-sandbox" // runtime-sandbox <pod dir>
 	cmdShim    = "runtime-shim"    // runtime-shim <attempt dir>
+	cmdInit    = "runtime-init"    // runtime-init <security> <path> <argv...> (initstage.go)
 )
 
 // A subcommand's main goroutine keeps the main thread to itself, so that
@@ -31,7 +32,7 @@ func init() {
 // IsSubcommand tells whether name (os.Args[1]) is one of the runtime's
 // subcommands, to be run by Main.
 func IsSubcommand(name string) bool {
-	return name == cmdSandbox || name == cmdShim
+	return name == cmdSandbox || name == cmdShim || name == cmdInit
 }
 
 // Main runs a runtime subcommand; args start with its name. It returns the
@@ -43,6 +44,8 @@ func Main(args []string) int {
 	}
 	var err error
 	switch args[0] {
+	case cmdInit:
+		return runInit(args[1:])
 	case cmdSandbox:
 		if len(args) != 2 {
 			err = fmt.Errorf("usage: %s <pod dir>", cmdSandbox)

@@ -186,7 +186,7 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 			return nil, fmt.Errorf("create pod directory: %w", err)
 		}
 	}
-	rec = sandboxRecord{Spec: spec}
+	rec = sandboxRecord{Spec: spec, AppliesSecurity: true}
 	if parents, v2, err := m.cgroups(); err != nil {
 		logger.Error(err, "Running the pod without cgroups")
 	} else {

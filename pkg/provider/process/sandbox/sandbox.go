@@ -52,6 +52,11 @@ type cpuSample struct {
 // Spec returns the spec the sandbox was made with.
 func (s *Sandbox) Spec() SandboxSpec { return s.rec.Spec }
 
+// AppliesSecurity tells whether the sandbox applies the Security of the
+// containers it starts: false for a sandbox an agent of an earlier version
+// started, which runs them as root with every capability.
+func (s *Sandbox) AppliesSecurity() bool { return s.rec.AppliesSecurity }
+
 // Alive tells whether the sandbox process runs.
 func (s *Sandbox) Alive() bool { return processAlive(s.rec.PID, s.rec.StartTime) }
 

@@ -228,6 +228,19 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr, 
 		dir = "/"
 	}
 	attr := &syscall.ProcAttr{Dir: dir, Env: env, Files: stdio[:], Sys: sys}
+	// With a Security, the child is the init stage, which applies it and
+	// execs the command; it reports a failure on a pipe.
+	sec := spec.Security
+	var report, reportW *os.File
+	if sec != nil {
+		var err error
+		if report, reportW, err = os.Pipe(); err != nil {
+			return 0, nil, err
+		}
+		defer report.Close()
+		defer reportW.Close()
+		attr.Files = append(attr.Files, reportW.Fd()) // initReportFD
+	}
 	type result struct {
 		pid    int
 		waitCh <-chan syscall.WaitStatus
@@ -255,7 +268,16 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr, 
 			done <- result{err: err}
 			return
 		}
-		pid, waitCh, err := s.r.start(path, argv, attr)
+		exe, args := path, argv
+		if sec != nil {
+			// This very binary, also if a newer one replaced its file.
+			exe = "/proc/self/exe"
+			if args, err = initArgv(sec, path, argv); err != nil {
+				done <- result{err: err}
+				return
+			}
+		}
+		pid, waitCh, err := s.r.start(exe, args, attr)
 		if attr.Sys.UseCgroupFD {
 			syscall.Close(attr.Sys.CgroupFD)
 		}
@@ -265,7 +287,21 @@ func (s *shim) spawn(argv []string, stdio [3]uintptr, sys *syscall.SysProcAttr, 
 		done <- result{pid, waitCh, err}
 	}()
 	r := <-done
-	return r.pid, r.waitCh, r.err
+	if r.err != nil || sec == nil {
+		return r.pid, r.waitCh, r.err
+	}
+	// The init stage execs the command (which closes the pipe) or says
+	// why it could not, and exits.
+	reportW.Close()
+	msg, err := io.ReadAll(report)
+	if err == nil && len(msg) == 0 {
+		return r.pid, r.waitCh, nil
+	}
+	<-r.waitCh
+	if err != nil {
+		return 0, nil, fmt.Errorf("start %s: read the init stage's report: %w", argv[0], err)
+	}
+	return 0, nil, fmt.Errorf("start %s: %s", argv[0], msg)
 }
 
 // makeMountNamespace gives the calling thread the container's mount

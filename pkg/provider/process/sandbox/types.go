@@ -49,7 +49,35 @@ type ContainerSpec struct {
 	Stdin      bool
 	StdinOnce  bool
 	TTY        bool
+	// Security is who the container's processes (its main process and
+	// exec sessions) run as and what they may do. Nil, as in the records
+	// of agents that predate it, runs them as the shim runs: root with
+	// every capability.
+	Security *Security `json:",omitempty"`
 }
+
+// Security is applied to a container's process between fork and exec,
+// by a stage of the shim that then execs the command (runtime-init).
+type Security struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// Groups are the supplementary groups.
+	Groups []uint32 `json:"groups,omitempty"`
+	// Capabilities is the bounding, permitted and effective set, bit n
+	// for capability n, as containerd sets them (no inheritable or
+	// ambient ones): a process of a non-root user keeps none in its
+	// permitted and effective sets once it execs. Bits the kernel does not
+	// know are ignored.
+	Capabilities uint64 `json:"capabilities"`
+	// NoNewPrivs sets no_new_privs (allowPrivilegeEscalation: false).
+	NoNewPrivs bool `json:"noNewPrivs,omitempty"`
+	// Seccomp is SeccompRuntimeDefault for the runtime's default filter;
+	// empty for none.
+	Seccomp string `json:"seccomp,omitempty"`
+}
+
+// SeccompRuntimeDefault names the runtime's default seccomp filter.
+const SeccompRuntimeDefault = "RuntimeDefault"
 
 // State of a container attempt.
 type State string
