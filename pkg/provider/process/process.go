@@ -59,10 +59,19 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 	}
 	host := hostnode.New(opts.Options)
 	parts.Runtime = hostRuntime{sandboxes: sandboxes, address: opts.Address}
+	admit := func(pod *corev1.Pod) error {
+		if err := admitAppArmor(pod, appArmorEnabled()); err != nil {
+			return err
+		}
+		if opts.Admit != nil {
+			return opts.Admit(pod)
+		}
+		return nil
+	}
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
-		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: opts.Admit,
+		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: admit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("process provider: %w", err)

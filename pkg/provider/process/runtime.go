@@ -96,7 +96,8 @@ func (s hostSandbox) status(st sandbox.ContainerStatus) lifecycle.ContainerStatu
 
 // StartContainer runs the container's command and args from the host's
 // filesystem: there is no image, so a container without a command cannot
-// run.
+// run. It runs as its security context asks (containerSecurity), or not
+// at all.
 func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.ContainerSpec) error {
 	c := spec.Container
 	if len(spec.Command) == 0 {
@@ -107,6 +108,19 @@ func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 			Warn: true,
 		}
 	}
+	sec, err := containerSecurity(spec.Pod, c, hostSecurity{AppArmor: appArmorEnabled(), Users: hostUsers})
+	if err != nil {
+		return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
+	}
+	if !s.sb.AppliesSecurity() && asksSecurity(spec.Pod, c) {
+		return &lifecycle.WaitError{
+			Reason: "CreateContainerConfigError",
+			Message: fmt.Sprintf("container %q sets a securityContext, which the pod's sandbox cannot apply: an earlier version of nodelet started it; delete the pod so that it runs in a new sandbox",
+				c.Name),
+			Retry: 10 * time.Second,
+			Warn:  true,
+		}
+	}
 	out := sandbox.ContainerSpec{
 		Name:       c.Name,
 		Attempt:    spec.Attempt,
@@ -115,6 +129,7 @@ func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		WorkingDir: c.WorkingDir,
 		Resources:  resources(c),
 		Stdin:      c.Stdin, StdinOnce: c.StdinOnce, TTY: c.TTY,
+		Security: sec,
 	}
 	for _, m := range spec.Mounts {
 		out.Mounts = append(out.Mounts, sandbox.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
