@@ -250,3 +250,24 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestAsksSecurity: a sandbox of an earlier agent may still run a container
+// that sets no security context, and only that.
+func TestAsksSecurity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"none", securityPod(nil, nil), false},
+		{"empty ones", securityPod(&corev1.PodSecurityContext{}, &corev1.SecurityContext{}), false},
+		{"the pod's user", securityPod(&corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1)}, nil), true},
+		{"the container's capabilities", securityPod(nil, &corev1.SecurityContext{Capabilities: &corev1.Capabilities{}}), true},
+		{"an AppArmor annotation", &corev1.Pod{ObjectMeta: annotated(map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "main": "runtime/default"}),
+			Spec: securityPod(nil, nil).Spec}, true},
+	} {
+		if got := asksSecurity(tc.pod, &tc.pod.Spec.Containers[1]); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

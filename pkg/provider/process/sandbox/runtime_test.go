@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && IsSubcommand(os.Args[1]) {
 		os.Exit(Main(os.Args[1:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == seccompProbeArg {
+		seccompProbe()
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 

@@ -71,3 +71,82 @@ func TestSecurity(t *testing.T) {
 		t.Errorf("status = %+v", st)
 	}
 }
+
+// seccompProbeArg makes the test binary a container command that prints
+// what three syscalls the default filter denies answer: an unknown keyctl
+// operation, an unusual personality and clone3 (ENOSYS without
+// CAP_SYS_ADMIN).
+const seccompProbeArg = "seccomp-probe"
+
+func seccompProbe() {
+	errname := func(errno unix.Errno) string {
+		if errno == 0 {
+			return "OK"
+		}
+		return unix.ErrnoName(errno)
+	}
+	_, _, keyctl := unix.RawSyscall(unix.SYS_KEYCTL, 0x7fffffff, 0, 0)
+	_, _, personality := unix.RawSyscall(unix.SYS_PERSONALITY, 0x0400000, 0, 0)
+	_, _, clone3 := unix.RawSyscall(unix.SYS_CLONE3, 0, 0, 0)
+	fmt.Printf("keyctl=%s personality=%s clone3=%s\n", errname(keyctl), errname(personality), errname(clone3))
+}
+
+// TestDefaultSeccompFilter: the default filter answers EPERM to what
+// containerd's profile denies and ENOSYS to clone3 without
+// CAP_SYS_ADMIN; without it the same calls get the kernel's answers.
+func TestDefaultSeccompFilter(t *testing.T) {
+	if nativeAuditArch == 0 {
+		t.Skip("the default filter is written for amd64")
+	}
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		sec  Security
+		want string
+	}{
+		{"filtered", Security{Capabilities: defaultCapsForTest, Seccomp: SeccompRuntimeDefault}, "keyctl=EPERM personality=EPERM clone3=ENOSYS\n"},
+		{"unconfined", Security{Capabilities: defaultCapsForTest}, "keyctl=ENOTSUP personality=OK clone3=EINVAL\n"},
+	} {
+		e.start(s, ContainerSpec{Name: tc.name, Args: []string{exe, seccompProbeArg}, Security: &tc.sec})
+		if st := waitExited(t, s, tc.name); st.ExitCode != 0 {
+			t.Fatalf("%s: %+v", tc.name, st)
+		}
+		if got := readLog(t, s, tc.name, 0, LogOptions{TailLines: -1}); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestDefaultSeccompFilterFollowsCapabilities(t *testing.T) {
+	has := func(prog []unix.SockFilter, nr uint32) bool {
+		for _, ins := range prog {
+			if ins.Code == bpfJumpEq && ins.K == nr {
+				return true
+			}
+		}
+		return false
+	}
+	plain := defaultSeccompFilter(defaultCapsForTest)
+	admin := defaultSeccompFilter(defaultCapsForTest | 1<<unix.CAP_SYS_ADMIN)
+	if nativeAuditArch == 0 {
+		t.Skip("the default filter is written for amd64")
+	}
+	for _, nr := range []uint32{unix.SYS_MOUNT, unix.SYS_UNSHARE, unix.SYS_SETNS, unix.SYS_CLONE3} {
+		if !has(plain, nr) || has(admin, nr) {
+			t.Errorf("syscall %d: tested without CAP_SYS_ADMIN %v, with %v", nr, has(plain, nr), has(admin, nr))
+		}
+	}
+	for _, nr := range []uint32{unix.SYS_KEYCTL, unix.SYS_PIVOT_ROOT, unix.SYS_PERSONALITY} {
+		if !has(admin, nr) {
+			t.Errorf("syscall %d not tested with CAP_SYS_ADMIN", nr)
+		}
+	}
+	if last := plain[len(plain)-1]; last.Code != bpfReturn || last.K != seccompAllow {
+		t.Errorf("the filter ends with %+v, want allow", last)
+	}
+}
