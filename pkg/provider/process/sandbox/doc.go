@@ -5,7 +5,9 @@
 // own PID, UTS, IPC and mount namespaces (the host network is shared), and
 // the pod's one supervising process (the shim): each container is its child,
 // in a mount namespace of its own where the container's volumes are bound at
-// their destinations. The sandbox writes each container's output to
+// their destinations, started through an init stage (runtime-init) that
+// gives it the user, groups, capabilities, no_new_privs and seccomp filter
+// of its spec before it execs the command. The sandbox writes each container's output to
 // CRI-format log files, records its exit on disk and serves exec, attach and
 // stop over a unix socket per attempt. A sandbox that dies takes every
 // container with it (they are in its PID namespace); the agent records their
