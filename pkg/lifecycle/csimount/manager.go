@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -336,11 +337,38 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *corev1.Pod, v *corev1.Vo
 	if err := client.NodePublishVolume(ctx, preq); err != nil {
 		return "", fail(ReasonFailedMount, false, "MountVolume.SetUp failed for %s: %w", spec, err)
 	}
+	if fsGroupApplies(pod, spec, driverObj) {
+		if err := hostvolume.SetOwnership(target, pod, false); err != nil {
+			return "", fail(ReasonFailedMount, false, "MountVolume.SetUp failed for %s: %w", spec, err)
+		}
+	}
 	m.mu.Lock()
 	m.podLocked(pod.UID).confirmed[v.Name] = true
 	m.mu.Unlock()
 	logger.V(2).Info("Published CSI volume", "volume", spec.unique, "target", target, "readOnly", spec.readOnly)
 	return target, nil
+}
+
+// fsGroupApplies tells whether the node gives a published volume to the
+// pod's fsGroup, as the kubelet decides it by the driver's fsGroupPolicy:
+// File always, None never, and ReadWriteOnceWithFSType (the default) for a
+// volume with an fsType and the ReadWriteOnce access mode. A read-only
+// volume is left as it is.
+func fsGroupApplies(pod *corev1.Pod, spec *volumeSpec, driver *storagev1.CSIDriver) bool {
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.FSGroup == nil || spec.readOnly {
+		return false
+	}
+	policy := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy
+	if driver != nil && driver.Spec.FSGroupPolicy != nil {
+		policy = *driver.Spec.FSGroupPolicy
+	}
+	switch policy {
+	case storagev1.FileFSGroupPolicy:
+		return true
+	case storagev1.NoneFSGroupPolicy:
+		return false
+	}
+	return spec.source.FSType != "" && slices.Contains(spec.pv.Spec.AccessModes, corev1.ReadWriteOnce)
 }
 
 // alreadyPublished returns the target of a volume of the pod that is

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -621,5 +622,47 @@ func TestEphemeralVolumeUsesThePodsClaim(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	if _, err := New(nil, Sources{}, Options{RootDir: "relative", AttachTimeout: -1}); err == nil {
 		t.Error("New accepted no client, no listers, no node name, a relative root and a negative timeout")
+	}
+}
+
+// TestFSGroupOwnsThePublishedVolume: the node gives a published volume to
+// the pod's fsGroup as the kubelet decides it by the driver's
+// fsGroupPolicy, and leaves a read-only one alone.
+func TestFSGroupOwnsThePublishedVolume(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's group to any group needs root")
+	}
+	for _, tc := range []struct {
+		name     string
+		policy   *storagev1.FSGroupPolicy
+		readOnly bool
+		owned    bool
+	}{
+		{"default", nil, false, true},
+		{"file", ptr.To(storagev1.FileFSGroupPolicy), false, true},
+		{"none", ptr.To(storagev1.NoneFSGroupPolicy), false, false},
+		{"read-only", nil, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			serveDriver(t, root, &fakeNode{})
+			driver := csiDriver(false)
+			driver.Spec.FSGroupPolicy = tc.policy
+			f := newFixture(t, root, node(), claim("data", "pv-1"), persistentVolume("pv-1", "data"), driver)
+			p := pod("web", claimVolume("data", "data", tc.readOnly))
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](4321)}
+			if _, err := f.m.SetUp(f.ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(f.target(p, "data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gid := st.Sys().(*syscall.Stat_t).Gid
+			setgid := st.Mode()&os.ModeSetgid != 0
+			if owned := gid == 4321 && setgid; owned != tc.owned {
+				t.Errorf("target group %d, set-group-ID %v; want it given to fsGroup: %v", gid, setgid, tc.owned)
+			}
+		})
 	}
 }

@@ -17,6 +17,13 @@ func fsGroup(pod *corev1.Pod) *int64 {
 	return nil
 }
 
+// SetOwnership gives the volume at dir to the pod's fsGroup as the
+// kubelet does (setOwnership), for the volumes of other packages: a CSI
+// volume whose driver leaves fsGroup to the node.
+func SetOwnership(dir string, pod *corev1.Pod, readOnly bool) error {
+	return setOwnership(dir, fsGroup(pod), readOnly)
+}
+
 // setOwnership gives a volume to the pod's fsGroup, as the kubelet does:
 // every file and directory is group-owned by it and group-readable (and
 // group-writable unless readOnly); directories also get the set-group-ID
