@@ -122,7 +122,11 @@ func containerSecurity(pod *corev1.Pod, c *corev1.Container, host hostSecurity) 
 			errs = append(errs, field.Required(path.Child("runAsUser"),
 				"runAsNonRoot is set but no runAsUser (on the container or the pod): a process container has no image whose user could be checked, so it must name a non-root user"))
 		case *uid == 0:
-			errs = append(errs, field.Invalid(path.Child("runAsUser"), *uid, "runAsNonRoot is set: the user must not be root (0)"))
+			at := path.Child("runAsUser")
+			if csc.RunAsUser == nil {
+				at = podPath.Child("runAsUser")
+			}
+			errs = append(errs, field.Invalid(at, *uid, "runAsNonRoot is set: the user must not be root (0)"))
 		}
 	}
 	if len(errs) > 0 {

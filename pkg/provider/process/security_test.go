@@ -146,6 +146,11 @@ func TestContainerSecurityRefused(t *testing.T) {
 		csc:  &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](0)},
 		want: []string{"spec.containers[1].securityContext.runAsUser", "must not be root"},
 	}, {
+		name: "the pod's root user with the container's runAsNonRoot",
+		psc:  &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)},
+		csc:  &corev1.SecurityContext{RunAsNonRoot: ptr.To(true)},
+		want: []string{"spec.securityContext.runAsUser", "must not be root"},
+	}, {
 		name: "readOnlyRootFilesystem",
 		csc:  &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)},
 		want: []string{"spec.containers[1].securityContext.readOnlyRootFilesystem", "host's root filesystem"},
