@@ -245,6 +245,9 @@ func seccompProfile(csc *corev1.SecurityContext, psc *corev1.PodSecurityContext,
 	}
 	switch p.Type {
 	case corev1.SeccompProfileTypeRuntimeDefault:
+		if !sandbox.DefaultSeccompSupported {
+			return "", field.Forbidden(at.Child("type"), "the process provider has no RuntimeDefault seccomp filter for this architecture (amd64 only)")
+		}
 		return sandbox.SeccompRuntimeDefault, nil
 	case corev1.SeccompProfileTypeUnconfined:
 		return "", nil

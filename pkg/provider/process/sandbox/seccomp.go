@@ -115,6 +115,10 @@ func defaultSeccompFilter(caps uint64) []unix.SockFilter {
 	return append(prog, stmt(bpfReturn, seccompAllow))
 }
 
+// DefaultSeccompSupported tells whether the shim has a default seccomp
+// filter for this architecture (amd64 only).
+const DefaultSeccompSupported = nativeAuditArch != 0
+
 // loadDefaultSeccomp loads the default filter into the calling thread.
 func loadDefaultSeccomp(caps uint64) error {
 	if nativeAuditArch == 0 {
