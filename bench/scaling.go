@@ -299,6 +299,9 @@ func fitCost(pts []costPoint) costFit {
 			f.PodsPerNode, f.RatioRuns, f.Floor, f.PerNodeWithPods = ratio, len(at), b[0], b[1]
 		}
 	}
+	if !ratiosSpread(pts) {
+		return f
+	}
 	x := make([][]float64, len(pts))
 	y := make([]float64, len(pts))
 	for i, p := range pts {
@@ -311,6 +314,25 @@ func fitCost(pts []costPoint) costFit {
 		}
 	}
 	return f
+}
+
+// minRatioSpread is how far apart, as a factor, the largest and the
+// smallest pods/nodes ratio of the runs must be for a node's cost to be
+// told from a pod's: runs at nearly one ratio would give a fit that
+// follows their noise.
+const minRatioSpread = 1.5
+
+// ratiosSpread says whether the points' pods/nodes ratios are far enough
+// apart to separate a node's cost from a pod's.
+func ratiosSpread(pts []costPoint) bool {
+	if len(pts) == 0 {
+		return false
+	}
+	lo, hi := math.Inf(1), 0.0
+	for _, p := range pts {
+		lo, hi = min(lo, p.pods/p.nodes), max(hi, p.pods/p.nodes)
+	}
+	return hi > 0 && hi >= minRatioSpread*lo
 }
 
 // commonRatio is the pods/nodes ratio that the most points with distinct

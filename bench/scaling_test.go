@@ -45,6 +45,14 @@ func TestFitCostNotSeparable(t *testing.T) {
 	if f := fitCost(cost(45, 0.08, 0.01, scale{1000, 2000})); f.RatioRuns != 0 || f.Separable {
 		t.Errorf("one run fitted: %+v", f)
 	}
+	// Nearly one ratio: the fit would follow the noise.
+	if f := fitCost(cost(45, 0.08, 0.01, scale{1000, 2000}, scale{2500, 5000}, scale{5000, 10500})); f.Separable {
+		t.Errorf("runs at nearly one ratio fitted separately: %+v", f)
+	}
+	// No pods at all in one run separates them.
+	if f := fitCost(cost(45, 0.08, 0.01, scale{1000, 2000}, scale{2500, 5000}, scale{1000, 0})); !f.Separable || !near(f.PerPod, 0.01) {
+		t.Errorf("a run without pods: %+v, want 0.01 a pod", f)
+	}
 }
 
 // TestFitCostResidual: with noise the fit is the least-squares one and
@@ -69,6 +77,9 @@ func TestLeastSquares(t *testing.T) {
 	}
 	if _, ok := leastSquares([][]float64{{1, 0}, {1, 0}}, []float64{1, 2}); ok {
 		t.Error("a zero column: fitted")
+	}
+	if _, ok := leastSquares([][]float64{{1, 1000, 2000}, {1, 2500, 5000}, {1, 5000, 10000}, {1, 1000, 2000}}, []float64{1, 2, 3, 4}); ok {
+		t.Error("a column proportional to another: fitted")
 	}
 	b, ok := leastSquares([][]float64{{1, 1}, {1, 2}, {1, 3}}, []float64{1, 2, 2})
 	if !ok || !near(b[0], 2.0/3) || !near(b[1], 0.5) {
