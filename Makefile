@@ -300,8 +300,8 @@ e2e: build
 # Both scales, against the pinned kwok and the lighter v0.7.0, each at its
 # defaults (nodeLeaseParallelism, nodePlayStageParallelism and
 # podPlayStageParallelism 4) and tuned (-tuned: those raised to nodelet's
-# worker counts at each scale); BENCH_ARGS picks one scale (--nodes N
-# --pods M) or other agents (--agents).
+# worker counts at each scale), about 90 minutes; BENCH_ARGS picks one
+# scale (--nodes N --pods M) or other agents (--agents).
 KWOK_VERSION := v0.8.0
 KWOK_VERSIONS := $(KWOK_VERSION) v0.7.0
 BENCH_ARGS ?= --scales 1000/5000,5000/10000 --steady 5m --agents nodelet,kwok,kwok-tuned,kwok@v0.7.0,kwok@v0.7.0-tuned
