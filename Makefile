@@ -297,11 +297,14 @@ e2e: build
 	$(GO) test -timeout $(TEST_TIMEOUT) ./test/e2e/
 
 # bench: nodelet against kwok on the local control plane (not part of test).
-# Both scales, against the pinned kwok and the lighter v0.7.0; BENCH_ARGS
-# picks one scale (--nodes N --pods M) or other agents (--agents).
+# Both scales, against the pinned kwok and the lighter v0.7.0, each at its
+# defaults (nodeLeaseParallelism, nodePlayStageParallelism and
+# podPlayStageParallelism 4) and tuned (-tuned: those raised to nodelet's
+# worker counts at each scale), about 90 minutes; BENCH_ARGS picks one
+# scale (--nodes N --pods M) or other agents (--agents).
 KWOK_VERSION := v0.8.0
 KWOK_VERSIONS := $(KWOK_VERSION) v0.7.0
-BENCH_ARGS ?= --scales 1000/5000,5000/10000 --steady 5m --agents nodelet,kwok,kwok@v0.7.0
+BENCH_ARGS ?= --scales 1000/5000,5000/10000 --steady 5m --agents nodelet,kwok,kwok-tuned,kwok@v0.7.0,kwok@v0.7.0-tuned
 
 # bin/kwok-VERSION: one kwok release, installed from the module proxy.
 bin/kwok-%:
@@ -311,16 +314,29 @@ bench: build $(foreach v,$(KWOK_VERSIONS),bin/kwok-$(v))
 	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
 		--kwok-version $(KWOK_VERSION) --gomodcache $$($(GO) env GOMODCACHE)
 
+# bench-scaling: what a node and a pod cost nodelet, kwok and tuned kwok in
+# RSS and CPU: each agent at 1,000 / 2,000, 2,500 / 5,000 and 5,000 / 10,000
+# nodes / pods (the floor and the cost of a node with its 2 pods) and at
+# 1,000 / 10,000 (which separates a node's cost from a pod's), each run on a
+# fresh control plane and measured for 90 s with every pod Running; least
+# squares per agent, nodelet against kwok's best (about 40 minutes).
+SCALING_ARGS ?= --scaling --scaling-scales 1000/2000,2500/5000,5000/10000,1000/10000 --scaling-window 90s --agents nodelet,kwok,kwok-tuned
+.PHONY: bench-scaling
+bench-scaling: build bin/kwok-$(KWOK_VERSION)
+	$(GO) run ./bench $(SCALING_ARGS) --out bench/results-scaling.json \
+		--kwok-version $(KWOK_VERSION) --gomodcache $$($(GO) env GOMODCACHE)
+
 # bench-process: the process provider, 100 pods of a Deployment (needs root).
 bench-process: build
 	$(GO) run ./bench --process-pods 100 --out bench/results-process.json
 
 # bench-cri: nodelet's cri provider against the real kubelet (bin/controlplane
-# kubelet), one after the other on one private containerd, 100 pods of a
-# Deployment each (needs root).
+# kubelet), at its default client limit (50 QPS / 100 burst) and at
+# nodelet's (kubelet-matched: 5,000 / 10,000), one after the other on one
+# private containerd, 100 pods of a Deployment each (needs root).
 .PHONY: bench-cri
 bench-cri: build bin/containerd bin/containerd-shim-runc-v2 cri-deps images
-	$(GO) run ./bench --cri-pods 100 --out bench/results-cri.json
+	$(GO) run ./bench --cri-pods 100 --cri-agents kubelet,kubelet-matched,nodelet --out bench/results-cri.json
 
 # soak: one sim agent's nodes and pods under a steady churn of pods created
 # and deleted, the agent's RSS, heap and goroutines, lease lapses and API

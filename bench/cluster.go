@@ -243,6 +243,9 @@ func (c *cluster) createKwokNodes(ctx context.Context, n int) ([]string, error) 
 
 // createPods creates m pods spread over nodes and waits until all run.
 func (c *cluster) createPods(ctx context.Context, nodes []string, m int) (p50, p99, tail float64, err error) {
+	if m == 0 {
+		return 0, 0, 0, nil
+	}
 	var last latest
 	err = parallel(m, 64, func(i int) error {
 		created, err := c.createPod(ctx, benchPodName(i), nodes[i%len(nodes)])
@@ -328,6 +331,9 @@ func (c *cluster) deletePod(ctx context.Context, name string) error {
 
 // deletePods deletes the m pods gracefully and waits until all are gone.
 func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
+	if m == 0 {
+		return 0, nil
+	}
 	var last latest
 	err := parallel(m, 64, func(i int) error {
 		if err := c.deletePod(ctx, benchPodName(i)); err != nil {

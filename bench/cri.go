@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/test/crienv"
 )
 
@@ -37,7 +38,7 @@ const criImage = crienv.DefaultSandboxImage
 type criOptions struct {
 	pods      int
 	idle      time.Duration
-	agents    []string // "kubelet", "nodelet", in the order they run
+	agents    []string // "kubelet", "kubelet-matched", "nodelet", in the order they run
 	imagesDir string   // the OCI layout bin/images serves
 	settle    time.Duration
 }
@@ -45,8 +46,11 @@ type criOptions struct {
 // criResult is what one agent scored.
 type criResult struct {
 	Agent string `json:"agent"`
-	Node  string `json:"node"`
-	Pods  int    `json:"pods"`
+	// Setting is the agent's API client limit (the rest of the kubelet's
+	// configuration is in its file, beside its log).
+	Setting agentSetting `json:"setting"`
+	Node    string       `json:"node"`
+	Pods    int          `json:"pods"`
 	// The agent's command line (the kubelet's configuration file is
 	// beside its log).
 	Args []string `json:"args"`
@@ -171,21 +175,21 @@ func measureCRIAgent(ctx context.Context, o options, co criOptions, cp *controlP
 	if err != nil {
 		return r, err
 	}
+	if r.Setting, err = criAgentSetting(agent); err != nil {
+		return r, err
+	}
 	var args []string
-	switch agent {
-	case "kubelet":
-		args, err = kubeletArgs(o, cp, env, dir, node)
-	case "nodelet":
+	if agent == "nodelet" {
 		args, err = nodeletCRIArgs(o, cp, env, dir, node)
-	default:
-		err = fmt.Errorf("unknown agent %q (kubelet or nodelet)", agent)
+	} else {
+		args, err = kubeletArgs(o, cp, env, dir, node, r.Setting)
 	}
 	if err != nil {
 		return r, err
 	}
 
 	r.Args = args
-	logf("%s: starting on %s", agent, env.Endpoint())
+	logf("%s: starting on %s (%s)", agent, env.Endpoint(), r.Setting.Summary)
 	start := time.Now()
 	proc, err := startAgent(cp.dir, agent, args)
 	if err != nil {
@@ -408,45 +412,39 @@ func schedulable(n *corev1.Node) bool {
 	return ready && !n.Spec.Unschedulable
 }
 
-// writeCRIResults prints the table and writes the JSON.
-func writeCRIResults(path string, co criOptions, results []criResult) error {
-	printCRITable(os.Stdout, results)
-	data, err := json.MarshalIndent(map[string]any{
-		"date":    time.Now().UTC().Format(time.RFC3339),
-		"machine": machine(),
-		"image":   criImage,
-		"note": fmt.Sprintf("one control plane and one containerd for both agents, which run one after the other; %s pulled into containerd before either runs; each pod timed from the watch's first sight to Running and Ready; %s settle after the node is Ready",
+// criFields is what a results file of the cri benchmark holds beside its
+// provenance.
+func criFields(co criOptions, results []criResult) map[string]any {
+	return map[string]any{
+		"image": criImage,
+		"note": fmt.Sprintf("one control plane and one containerd for every agent, which run one after the other; %s pulled into containerd before any runs; each pod timed from the watch's first sight to Running and Ready; %s settle after the node is Ready",
 			criImage, co.settle),
 		"results": results,
-	}, "", "  ")
-	if err != nil {
-		return err
 	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Printf("\nwritten to %s\n", path)
-	return nil
 }
 
-// printCRITable prints a column per agent and, with both, nodelet/kubelet.
-func printCRITable(w *os.File, results []criResult) {
-	var kubelet, nodelet *criResult
+// printCRITable prints a column per agent and nodelet's ratio to each
+// other agent, then what each ran with.
+func printCRITable(w io.Writer, results []criResult) {
+	var nodelet *criResult
+	var others []criResult
 	for i := range results {
-		switch results[i].Agent {
-		case "kubelet":
-			kubelet = &results[i]
-		case "nodelet":
+		if results[i].Agent == "nodelet" {
 			nodelet = &results[i]
+		} else {
+			others = append(others, results[i])
 		}
+	}
+	if nodelet == nil {
+		others = nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := "metric\t"
 	for _, r := range results {
 		header += r.Agent + "\t"
 	}
-	if kubelet != nil && nodelet != nil {
-		header += "nodelet/kubelet\t"
+	for _, r := range others {
+		header += "nodelet/" + r.Agent + "\t"
 	}
 	fmt.Fprintln(tw, header)
 	rows := []struct {
@@ -476,8 +474,8 @@ func printCRITable(w *os.File, results []criResult) {
 		for _, r := range results {
 			line += fmt.Sprintf(row.f, row.get(r)) + "\t"
 		}
-		if kubelet != nil && nodelet != nil {
-			if k, n := row.get(*kubelet), row.get(*nodelet); k > 0 && n >= 0 {
+		for _, r := range others {
+			if k, n := row.get(r), row.get(*nodelet); k > 0 && n >= 0 {
 				line += fmt.Sprintf("%.2f", n/k)
 			} else {
 				line += "-"
@@ -487,4 +485,35 @@ func printCRITable(w *os.File, results []criResult) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "settings:")
+	for _, r := range results {
+		fmt.Fprintf(w, "  %s: %s\n", r.Agent, r.Setting.Summary)
+	}
+}
+
+// The kubelet's API client limit by default (KubeletConfiguration
+// kubeAPIQPS and kubeAPIBurst, v1beta1 defaults).
+const (
+	kubeletDefaultQPS   = 50
+	kubeletDefaultBurst = 100
+)
+
+// criAgentSetting is the API client limit each agent of the cri benchmark
+// runs with: the kubelet at its default, kubelet-matched at nodelet's
+// default, nodelet at its default.
+func criAgentSetting(agent string) (agentSetting, error) {
+	c := config.Default()
+	qps, burst := int(c.KubeAPIQPS), int(c.KubeAPIBurst)
+	values := func(q, b int) map[string]int { return map[string]int{"kubeAPIQPS": q, "kubeAPIBurst": b} }
+	switch agent {
+	case "kubelet":
+		return agentSetting{Summary: fmt.Sprintf("kubelet defaults: kubeAPIQPS %d / kubeAPIBurst %d", kubeletDefaultQPS, kubeletDefaultBurst),
+			Values: values(kubeletDefaultQPS, kubeletDefaultBurst)}, nil
+	case "kubelet-matched":
+		return agentSetting{Summary: fmt.Sprintf("kubelet with kubeAPIQPS %d / kubeAPIBurst %d, nodelet's defaults (its other settings as the kubelet's run)", qps, burst),
+			Values: values(qps, burst)}, nil
+	case "nodelet":
+		return agentSetting{Summary: fmt.Sprintf("nodelet defaults: kubeAPIQPS %d / kubeAPIBurst %d", qps, burst), Values: values(qps, burst)}, nil
+	}
+	return agentSetting{}, fmt.Errorf("unknown agent %q (kubelet, kubelet-matched or nodelet)", agent)
 }

@@ -28,10 +28,11 @@ import (
 
 // kubeletArgs is the real kubelet (bin/controlplane kubelet) on the node:
 // everything it writes under dir, the runtime's containerd, the admin
-// kubeconfig, and what it needs on this host (cgroup v1 with cgroupfs, swap
-// tolerated). It changes a few kernel settings at start-up (nothing stops
+// kubeconfig, what it needs on this host (cgroup v1 with cgroupfs, swap
+// tolerated), and its API client limited as client's values say
+// (criAgentSetting: kubeAPIQPS and kubeAPIBurst). It changes a few kernel settings at start-up (nothing stops
 // that but refusing to start); hostState puts them back.
-func kubeletArgs(o options, cp *controlPlane, env *crienv.Env, dir, node string) ([]string, error) {
+func kubeletArgs(o options, cp *controlPlane, env *crienv.Env, dir, node string, client agentSetting) ([]string, error) {
 	ip, err := hostIP()
 	if err != nil {
 		return nil, err
@@ -67,6 +68,9 @@ func kubeletArgs(o options, cp *controlPlane, env *crienv.Env, dir, node string)
 		// No KUBE-FIREWALL or hint chains in the host's iptables: they
 		// serve kube-proxy, which does not run here.
 		"makeIPTablesUtilChains": false,
+		// Its API client: the default (50 / 100) or matched to nodelet's.
+		"kubeAPIQPS":   client.Values["kubeAPIQPS"],
+		"kubeAPIBurst": client.Values["kubeAPIBurst"],
 	}
 	data, err := json.MarshalIndent(config, "", "  ")
 	if err != nil {

@@ -2,17 +2,23 @@
 // control plane: N nodes Ready, M pods to Running and back (with the
 // agent's API requests per deleted pod), the agent's CPU and memory (and
 // nodelet's heap profile once every pod runs), and a steady state's API
-// writes and lease lapses. Each agent
-// gets a fresh control plane; the figures are printed as a table with the
-// ratios nodelet/kwok and written as JSON. Run it with `make bench`.
+// writes and lease lapses. kwok runs at its defaults and tuned (its
+// parallelism raised to nodelet's worker counts). Each agent gets a fresh
+// control plane; the figures are printed as a table with the ratios
+// nodelet/kwok and written as JSON. Run it with `make bench`.
 //
 // With --process-pods it measures the process provider instead (make
 // bench-process), with --cri-pods the cri provider against the real
-// kubelet on one private containerd (make bench-cri), and with --stats what
-// serving the kubelet stats endpoints to metrics-server costs a sim agent
-// (go run ./bench --stats). With --soak it keeps one sim agent's pods
-// churning for a long time and judges whether its memory stays flat (make
-// soak).
+// kubelet, at its default client limit and at nodelet's, on one private
+// containerd (make bench-cri), and with --stats what serving the kubelet
+// stats endpoints to metrics-server costs a sim agent (go run ./bench
+// --stats). With --soak it keeps one sim agent's pods churning for a long
+// time and judges whether its memory stays flat (make soak); with
+// --scaling it fits what a node and a pod cost each agent (make
+// bench-scaling).
+//
+// Every mode prints its provenance first (commit, clean tree or not,
+// date, machine) and writes it at the top of its results file.
 package main
 
 import (
@@ -20,6 +26,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -59,21 +66,24 @@ type options struct {
 
 // result is what one agent scored.
 type result struct {
-	Agent               string  `json:"agent"`
-	Nodes               int     `json:"nodes"`
-	Pods                int     `json:"pods"`
-	NodesReadySeconds   float64 `json:"nodesReadySeconds"`
-	PodRunningP50       float64 `json:"podCreateToRunningP50Seconds"`
-	PodRunningP99       float64 `json:"podCreateToRunningP99Seconds"`
-	LastCreateToRunning float64 `json:"lastCreateToAllRunningSeconds"`
-	LastDeleteToGone    float64 `json:"lastDeleteToAllGoneSeconds"`
-	AgentCPUSeconds     float64 `json:"agentCPUSeconds"`
-	AgentPeakRSSMiB     float64 `json:"agentPeakRSSMiB"`
-	WritesPerNodeMinute float64 `json:"steadyAPIWritesPerNodePerMinute"`
-	LeaseLapses         int     `json:"steadyLeaseLapses"`
-	SteadySeconds       float64 `json:"steadySeconds"`
-	APIServerCPUSeconds float64 `json:"apiserverCPUSeconds"`
-	APIServerCPUShare   float64 `json:"apiserverSteadyCPUShareOfOneCore"`
+	Agent string `json:"agent"`
+	// Setting is what the agent ran with: nodelet's workers and client
+	// limit, kwok's parallelism (its defaults, or tuned).
+	Setting             agentSetting `json:"setting"`
+	Nodes               int          `json:"nodes"`
+	Pods                int          `json:"pods"`
+	NodesReadySeconds   float64      `json:"nodesReadySeconds"`
+	PodRunningP50       float64      `json:"podCreateToRunningP50Seconds"`
+	PodRunningP99       float64      `json:"podCreateToRunningP99Seconds"`
+	LastCreateToRunning float64      `json:"lastCreateToAllRunningSeconds"`
+	LastDeleteToGone    float64      `json:"lastDeleteToAllGoneSeconds"`
+	AgentCPUSeconds     float64      `json:"agentCPUSeconds"`
+	AgentPeakRSSMiB     float64      `json:"agentPeakRSSMiB"`
+	WritesPerNodeMinute float64      `json:"steadyAPIWritesPerNodePerMinute"`
+	LeaseLapses         int          `json:"steadyLeaseLapses"`
+	SteadySeconds       float64      `json:"steadySeconds"`
+	APIServerCPUSeconds float64      `json:"apiserverCPUSeconds"`
+	APIServerCPUShare   float64      `json:"apiserverSteadyCPUShareOfOneCore"`
 
 	// The pod phase, from the first create to all Running: who used the
 	// CPU, and how fast and how long the apiserver took pod writes.
@@ -96,14 +106,27 @@ type result struct {
 	HeapAtPodPeak *heapSummary `json:"heapAtPodPeak,omitempty"`
 }
 
+// modes are the flags that choose a mode and its own options.
+type modes struct {
+	agents, scales string // the sim bench's
+	criAgents      string
+	cri            criOptions
+	stats          bool
+	statsOpts      statsOptions
+	soak           soakOptions
+	scaling        scalingOptions
+	processPods    int
+	processIdle    time.Duration
+}
+
 func main() {
 	var o options
-	var agents, scales string
+	var m modes
 	flag.IntVar(&o.nodes, "nodes", 5000, "nodes per agent")
 	flag.IntVar(&o.pods, "pods", 10000, "pods created and deleted")
-	flag.StringVar(&scales, "scales", "", "instead of --nodes and --pods: the scales to measure, each as nodes/pods, comma-separated (for example 1000/5000,5000/10000)")
+	flag.StringVar(&m.scales, "scales", "", "instead of --nodes and --pods: the scales to measure, each as nodes/pods, comma-separated (for example 1000/5000,5000/10000)")
 	flag.DurationVar(&o.steady, "steady", 5*time.Minute, "steady-state measurement")
-	flag.StringVar(&agents, "agents", "nodelet,kwok", "agents to measure, in order: nodelet, kwok (--kwok-version) or kwok@VERSION (bin/kwok-VERSION, make bin/kwok-VERSION)")
+	flag.StringVar(&m.agents, "agents", "nodelet,kwok,kwok-tuned", "agents to measure, in order: nodelet, kwok (--kwok-version's) or kwok@VERSION (bin/kwok-VERSION, make bin/kwok-VERSION) at kwok's defaults, kwok-tuned or kwok@VERSION-tuned with its nodeLeaseParallelism, nodePlayStageParallelism and podPlayStageParallelism raised to nodelet's worker counts at each scale")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
 	flag.StringVar(&o.kwokVersion, "kwok-version", "v0.8.0", "the version of kwok an agent named kwok runs (bin/kwok-VERSION)")
@@ -112,112 +135,135 @@ func main() {
 	flag.IntVar(&o.agentV, "agent-v", 0, "the nodelet agents' log verbosity (-v)")
 	flag.BoolVar(&o.heapProfile, "heap-profile", true, "run nodelet with its kubelet API and take its heap profile once every pod is Running: printed as the top functions and lines, saved beside --out")
 	flag.BoolVar(&o.cpuProfile, "cpu-profile", false, "with --heap-profile: also take nodelet's CPU profile over the middle of the steady window (at most 50s of it), saved beside --out (go tool pprof)")
-	processPods := flag.Int("process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
+	flag.IntVar(&m.processPods, "process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
 	flag.StringVar(&o.deployProvider, "process-provider", "process", "with --process-pods: the node's provider (sim measures the control plane alone)")
-	processIdle := flag.Duration("process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
-	var co criOptions
-	var criAgents string
-	flag.IntVar(&co.pods, "cri-pods", 0, "instead: measure nodelet's cri provider against the real kubelet, each with a Deployment of this many replicas on one private containerd (needs root and make images)")
-	flag.StringVar(&criAgents, "cri-agents", "kubelet,nodelet", "with --cri-pods: the agents, in the order they run")
-	flag.DurationVar(&co.idle, "cri-idle", time.Minute, "with --cri-pods: how long the pods run idle while the agent is measured")
-	flag.DurationVar(&co.settle, "cri-settle", 10*time.Second, "with --cri-pods: how long the agent runs after its node is Ready before the Deployment is created")
-	flag.StringVar(&co.imagesDir, "images", ".local/images", "with --cri-pods: the OCI image layout (make images) that bin/images serves as the registry")
-	var so statsOptions
-	stats := flag.Bool("stats", false, "instead: measure what serving /stats/summary and /metrics/resource to metrics-server costs one sim agent of --stats-nodes nodes, each on its own address (needs make bin/metrics-server)")
-	flag.IntVar(&so.nodes, "stats-nodes", 5000, "with --stats: the agent's nodes")
-	flag.IntVar(&so.pods, "stats-pods", 10000, "with --stats: pods spread over the nodes")
-	flag.DurationVar(&so.window, "stats-window", 2*time.Minute, "with --stats: each CPU window, with metrics-server scraping and paused")
-	flag.IntVar(&so.sample, "stats-sample", 200, "with --stats: random nodes whose endpoints are timed")
-	flag.DurationVar(&so.resolution, "stats-resolution", 15*time.Second, "with --stats: how often metrics-server scrapes every node")
-	flag.StringVar(&so.profile, "stats-profile", "", "with --stats: write the agent's CPU profile of the scraped window to this file (go tool pprof)")
-	flag.DurationVar(&so.topTimeout, "stats-top-timeout", 5*time.Minute, "with --stats: how long metrics-server may take until kubectl top lists every node and pod")
-	var ko soakOptions
-	flag.DurationVar(&ko.duration, "soak", 0, "instead: a soak of this long: one sim agent of --nodes nodes and --pods pods Running, pods created and deleted at --churn, sampled every --soak-interval and judged (memory flat over the second half, 0 lease lapses, writes/node/min within the steady-state budget)")
-	flag.Float64Var(&ko.churn, "churn", 10, "with --soak: pods created, and as many deleted, per second")
-	flag.DurationVar(&ko.interval, "soak-interval", time.Minute, "with --soak: between samples")
-	flag.StringVar(&ko.profileDir, "soak-profiles", "", "with --soak: write the agent's heap profiles at the start, the half-way mark and the end to this directory (go tool pprof)")
-	flag.StringVar(&ko.note, "soak-note", "", "with --soak: a note written with the results (for example what else ran on the machine)")
+	flag.DurationVar(&m.processIdle, "process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
+	flag.IntVar(&m.cri.pods, "cri-pods", 0, "instead: measure nodelet's cri provider against the real kubelet, each with a Deployment of this many replicas on one private containerd (needs root and make images)")
+	flag.StringVar(&m.criAgents, "cri-agents", "kubelet,kubelet-matched,nodelet", "with --cri-pods: the agents, in the order they run: kubelet (its default client limit, kubeAPIQPS 50 / kubeAPIBurst 100), kubelet-matched (kubeAPIQPS and kubeAPIBurst at nodelet's), nodelet")
+	flag.DurationVar(&m.cri.idle, "cri-idle", time.Minute, "with --cri-pods: how long the pods run idle while the agent is measured")
+	flag.DurationVar(&m.cri.settle, "cri-settle", 10*time.Second, "with --cri-pods: how long the agent runs after its node is Ready before the Deployment is created")
+	flag.StringVar(&m.cri.imagesDir, "images", ".local/images", "with --cri-pods: the OCI image layout (make images) that bin/images serves as the registry")
+	flag.BoolVar(&m.stats, "stats", false, "instead: measure what serving /stats/summary and /metrics/resource to metrics-server costs one sim agent of --stats-nodes nodes, each on its own address (needs make bin/metrics-server)")
+	flag.IntVar(&m.statsOpts.nodes, "stats-nodes", 5000, "with --stats: the agent's nodes")
+	flag.IntVar(&m.statsOpts.pods, "stats-pods", 10000, "with --stats: pods spread over the nodes")
+	flag.DurationVar(&m.statsOpts.window, "stats-window", 2*time.Minute, "with --stats: each CPU window, with metrics-server scraping and paused")
+	flag.IntVar(&m.statsOpts.sample, "stats-sample", 200, "with --stats: random nodes whose endpoints are timed")
+	flag.DurationVar(&m.statsOpts.resolution, "stats-resolution", 15*time.Second, "with --stats: how often metrics-server scrapes every node")
+	flag.StringVar(&m.statsOpts.profile, "stats-profile", "", "with --stats: write the agent's CPU profile of the scraped window to this file (go tool pprof)")
+	flag.DurationVar(&m.statsOpts.topTimeout, "stats-top-timeout", 5*time.Minute, "with --stats: how long metrics-server may take until kubectl top lists every node and pod")
+	flag.DurationVar(&m.soak.duration, "soak", 0, "instead: a soak of this long: one sim agent of --nodes nodes and --pods pods Running, pods created and deleted at --churn, sampled every --soak-interval and judged (memory flat over the second half, 0 lease lapses, writes/node/min within the steady-state budget)")
+	flag.Float64Var(&m.soak.churn, "churn", 10, "with --soak: pods created, and as many deleted, per second")
+	flag.DurationVar(&m.soak.interval, "soak-interval", time.Minute, "with --soak: between samples")
+	flag.StringVar(&m.soak.profileDir, "soak-profiles", "", "with --soak: write the agent's heap profiles at the start, the half-way mark and the end to this directory (go tool pprof)")
+	flag.StringVar(&m.soak.note, "soak-note", "", "with --soak: a note written with the results (for example what else ran on the machine)")
+	flag.BoolVar(&m.scaling.run, "scaling", false, "instead: the cost of a node and of a pod: each agent (--agents) at each of --scaling-scales on a fresh control plane, its RSS and CPU measured over --scaling-window with every pod Running, and per agent the floor and the slopes fitted by least squares (make bench-scaling)")
+	flag.StringVar(&m.scaling.scales, "scaling-scales", "1000/2000,2500/5000,5000/10000,1000/10000", "with --scaling: the runs, nodes/pods; runs at one pods/nodes ratio give the floor and the cost per node with its pods, a run at another ratio separates a node's cost from a pod's")
+	flag.DurationVar(&m.scaling.window, "scaling-window", 90*time.Second, "with --scaling: how long each run is measured once every pod is Running")
+	flag.StringVar(&m.scaling.fitFile, "scaling-fit", "", "instead: fit and print again the runs of this results file of --scaling, without running anything")
 	flag.Parse()
-	if ko.duration > 0 {
-		if !flagSet("out") {
-			o.out = "bench/results-soak.json"
+
+	prov := collectProvenance(time.Now())
+	if m.scaling.fitFile != "" {
+		if err := refitScaling(m.scaling.fitFile); err != nil {
+			fmt.Fprintf(os.Stderr, "bench scaling: %v\n", err)
+			os.Exit(1)
 		}
+		return
+	}
+	fmt.Println(prov.line())
+	if err := runMode(o, m, prov); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// runMode runs the mode the flags chose and writes its results, with prov,
+// to o.out or the mode's own default file.
+func runMode(o options, m modes, prov provenance) error {
+	co, ko, sc := m.cri, m.soak, m.scaling
+	outOr := func(def string) string {
+		if flagSet("out") {
+			return o.out
+		}
+		return def
+	}
+	switch {
+	case ko.duration > 0:
 		// An interrupted soak still stops its agent and control plane
 		// and writes what it sampled.
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		r, err := measureSoak(ctx, o, ko)
 		stop()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench soak: %v\n", err)
-			os.Exit(1)
+			return fmt.Errorf("soak: %w", err)
 		}
 		printSoakVerdict(r)
-		if err := writeSoakResults(o.out, ko.note, r); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		fields := map[string]any{"results": []soakResult{r}}
+		if ko.note != "" {
+			fields["note"] = ko.note
 		}
-		return
-	}
-	if *stats {
-		if !flagSet("out") {
-			o.out = "bench/results-stats.json"
-		}
-		r, err := measureStats(context.Background(), o, so)
+		return writeResults(outOr("bench/results-soak.json"), prov, fields)
+	case m.stats:
+		r, err := measureStats(context.Background(), o, m.statsOpts)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench stats: %v\n", err)
-			os.Exit(1)
+			return fmt.Errorf("stats: %w", err)
 		}
-		if err := writeStatsResults(o.out, r); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		return
-	}
-	if co.pods > 0 {
-		co.agents = strings.Split(criAgents, ",")
-		if !flagSet("out") {
-			o.out = "bench/results-cri.json"
+		printJSON(map[string]any{"results": []statsResult{r}})
+		return writeResults(outOr("bench/results-stats.json"), prov, map[string]any{"results": []statsResult{r}})
+	case co.pods > 0:
+		co.agents = strings.Split(m.criAgents, ",")
+		for _, a := range co.agents {
+			if _, err := criAgentSetting(a); err != nil {
+				return fmt.Errorf("--cri-agents: %w", err)
+			}
 		}
 		results, err := measureCRI(context.Background(), o, co)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench cri: %v\n", err)
-			os.Exit(1)
+			return fmt.Errorf("cri: %w", err)
 		}
-		if err := writeCRIResults(o.out, co, results); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		return
-	}
-	if *processPods > 0 {
-		r, err := measureProcess(context.Background(), o, *processPods, *processIdle)
+		printCRITable(os.Stdout, results)
+		return writeResults(outOr("bench/results-cri.json"), prov, criFields(co, results))
+	case m.processPods > 0:
+		r, err := measureProcess(context.Background(), o, m.processPods, m.processIdle)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench process: %v\n", err)
-			os.Exit(1)
+			return fmt.Errorf("process: %w", err)
 		}
-		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": []processResult{r}}, "", "  ")
-		fmt.Printf("%s\n", data)
-		if err := os.WriteFile(o.out, append(data, '\n'), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		printJSON(map[string]any{"results": []processResult{r}})
+		def := "bench/results-process.json"
+		if o.deployProvider != "process" {
+			def = "bench/results-process-" + o.deployProvider + ".json"
 		}
-		return
-	}
-	o.agents = strings.Split(agents, ",")
-	for i, a := range o.agents {
-		if a == "kwok" {
-			o.agents[i] = "kwok@" + o.kwokVersion
-		}
-	}
-	sizes := []scale{{o.nodes, o.pods}}
-	if scales != "" {
-		var err error
-		if sizes, err = parseScales(scales); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: --scales: %v\n", err)
-			os.Exit(1)
-		}
+		return writeResults(outOr(def), prov, map[string]any{"results": []processResult{r}})
 	}
 
+	o.agents = nil
+	for _, a := range strings.Split(m.agents, ",") {
+		a = normalizeAgent(strings.TrimSpace(a), o.kwokVersion)
+		if _, err := simAgentSetting(a, 1); err != nil {
+			return fmt.Errorf("--agents: %w", err)
+		}
+		o.agents = append(o.agents, a)
+	}
+	if sc.run {
+		sizes, err := parseScales(sc.scales)
+		if err != nil {
+			return fmt.Errorf("--scaling-scales: %w", err)
+		}
+		r, err := measureScaling(context.Background(), o, sizes, sc.window)
+		if err != nil {
+			return fmt.Errorf("scaling: %w", err)
+		}
+		printScaling(os.Stdout, r)
+		return writeResults(outOr("bench/results-scaling.json"), prov, map[string]any{"scaling": r})
+	}
+
+	sizes := []scale{{o.nodes, o.pods}}
+	if m.scales != "" {
+		var err error
+		if sizes, err = parseScales(m.scales); err != nil {
+			return fmt.Errorf("--scales: %w", err)
+		}
+	}
 	ctx := context.Background()
 	var results []result
 	for _, size := range sizes {
@@ -226,13 +272,13 @@ func main() {
 		for _, agent := range o.agents {
 			r, err := measure(ctx, o, agent)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "bench %s at %d nodes and %d pods: %v\n", agent, o.nodes, o.pods, err)
-				os.Exit(1)
+				return fmt.Errorf("%s at %d nodes and %d pods: %w", agent, o.nodes, o.pods, err)
 			}
 			these = append(these, r)
 		}
 		fmt.Printf("\n%d nodes, %d pods:\n", o.nodes, o.pods)
 		printTable(os.Stdout, these)
+		printSettings(os.Stdout, these)
 		results = append(results, these...)
 	}
 	for _, r := range results {
@@ -240,14 +286,22 @@ func main() {
 			printHeapSummary(os.Stdout, r.Agent, fmt.Sprintf("with %d pods Running on %d nodes", r.Pods, r.Nodes), r.HeapAtPodPeak)
 		}
 	}
-	data, _ := json.MarshalIndent(map[string]any{
-		"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": results,
-	}, "", "  ")
-	if err := os.WriteFile(o.out, append(data, '\n'), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	return writeResults(o.out, prov, map[string]any{"results": results})
+}
+
+// printJSON prints v indented, as the process and stats modes show their
+// results.
+func printJSON(v any) {
+	data, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Printf("%s\n", data)
+}
+
+// printSettings prints under a table what each agent ran with.
+func printSettings(w io.Writer, results []result) {
+	fmt.Fprintln(w, "settings:")
+	for _, r := range results {
+		fmt.Fprintf(w, "  %s: %s\n", r.Agent, r.Setting.Summary)
 	}
-	fmt.Printf("\nwritten to %s\n", o.out)
 }
 
 // flagSet says whether the command line set the flag.
@@ -261,71 +315,129 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
+// agentRun is one sim agent on its own fresh control plane, with its
+// nodes Ready.
+type agentRun struct {
+	agent      string
+	setting    agentSetting
+	cp         *controlPlane
+	cl         *cluster
+	proc       *process
+	nodeNames  []string
+	heap       *agentProbe // with heapProfile: the agent's kubelet API
+	nodesReady float64     // seconds from the agent's start
+	stops      []func()    // run in reverse by stop
+}
+
+// startAgentRun starts a control plane and the agent of o.nodes nodes on
+// it, and waits until the nodes are Ready. heapProfile runs nodelet's
+// kubelet API, for its heap and CPU profiles.
+func startAgentRun(ctx context.Context, o options, agent string, heapProfile bool) (_ *agentRun, err error) {
+	setting, err := simAgentSetting(agent, o.nodes)
+	if err != nil {
+		return nil, err
+	}
+	run := &agentRun{agent: agent, setting: setting}
+	defer func() {
+		if err != nil {
+			run.stop()
+		}
+	}()
+	if run.cp, err = startControlPlane(ctx, o.bin, o.keep); err != nil {
+		return nil, err
+	}
+	run.stops = append(run.stops, run.cp.stop)
+	if run.cl, err = newCluster(run.cp.kubeconfig); err != nil {
+		return nil, err
+	}
+	run.stops = append(run.stops, run.cl.stop)
+
+	var args []string
+	if agent == "nodelet" {
+		args, run.nodeNames = simAgentArgs(o, run.cp, o.nodes), simNodeNames(o.nodes)
+		if heapProfile {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			client, transport, err := adminClient(run.cp.dir, time.Minute)
+			if err != nil {
+				return nil, err
+			}
+			run.stops = append(run.stops, transport.CloseIdleConnections)
+			args = withKubeletAPI(args, run.cp, port)
+			run.heap = &agentProbe{port: port, client: client}
+		}
+	} else {
+		k, _ := parseKwokAgent(agent) // simAgentSetting knew it
+		logf("%s: pre-creating %d nodes", agent, o.nodes)
+		if run.nodeNames, err = run.cl.createKwokNodes(ctx, o.nodes); err != nil {
+			return nil, err
+		}
+		if args, err = kwokArgs(o, run.cp, k); err != nil {
+			return nil, err
+		}
+	}
+
+	logf("%s: starting (%s)", agent, setting.Summary)
+	start := time.Now()
+	if run.proc, err = startAgent(run.cp.dir, agent, args); err != nil {
+		return nil, err
+	}
+	run.stops = append(run.stops, run.proc.stop)
+	if err := run.cl.waitNodesReady(ctx, o.nodes, 10*time.Minute); err != nil {
+		return nil, fmt.Errorf("%s: %w (log %s)", agent, err, run.proc.logPath)
+	}
+	run.nodesReady = time.Since(start).Seconds()
+	logf("%s: %d nodes Ready in %.1fs", agent, o.nodes, run.nodesReady)
+	return run, nil
+}
+
+// stop stops the agent, the cluster's watches and the control plane.
+func (run *agentRun) stop() {
+	for i := len(run.stops) - 1; i >= 0; i-- {
+		run.stops[i]()
+	}
+	run.stops = nil
+}
+
+// pid is the agent's process ID.
+func (run *agentRun) pid() int { return run.proc.cmd.Process.Pid }
+
+// kwokArgs is the command line of kwok k managing the bench's pre-created
+// nodes, with kwokctl's default stages and, tuned, its configuration file
+// written in the control plane's directory.
+func kwokArgs(o options, cp *controlPlane, k kwokAgent) ([]string, error) {
+	args := []string{filepath.Join(o.bin, "kwok-"+k.version), "--kubeconfig", cp.kubeconfig,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds=40", "--cidr=100.64.0.0/10", "--node-ip=127.0.0.1"}
+	if k.tuned {
+		path := filepath.Join(cp.dir, "kwok-configuration.yaml")
+		if err := os.WriteFile(path, kwokConfiguration(tunedKwokParallelism(o.nodes)), 0o644); err != nil {
+			return nil, fmt.Errorf("kwok configuration: %w", err)
+		}
+		args = append(args, "--config", path)
+	}
+	stages, err := kwokStages(filepath.Join(o.gomodcache, "sigs.k8s.io", "kwok@"+k.version, "kustomize", "stage"))
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range stages {
+		args = append(args, "--config", s)
+	}
+	return args, nil
+}
+
 // measure runs one agent on a fresh control plane.
 func measure(ctx context.Context, o options, agent string) (result, error) {
 	r := result{Agent: agent, Nodes: o.nodes, Pods: o.pods}
-	cp, err := startControlPlane(ctx, o.bin, o.keep)
+	run, err := startAgentRun(ctx, o, agent, o.heapProfile)
 	if err != nil {
 		return r, err
 	}
-	defer cp.stop()
-	cl, err := newCluster(cp.kubeconfig)
-	if err != nil {
-		return r, err
-	}
-	defer cl.stop()
-
-	var args []string
-	var nodeNames []string
-	var heap *agentProbe
-	version := kwokVersion(agent)
-	switch {
-	case agent == "nodelet":
-		args, nodeNames = simAgentArgs(o, cp, o.nodes), simNodeNames(o.nodes)
-		if o.heapProfile {
-			port, err := freePort()
-			if err != nil {
-				return r, err
-			}
-			client, transport, err := adminClient(cp.dir, time.Minute)
-			if err != nil {
-				return r, err
-			}
-			defer transport.CloseIdleConnections()
-			args = withKubeletAPI(args, cp, port)
-			heap = &agentProbe{port: port, client: client}
-		}
-	case version != "":
-		logf("%s: pre-creating %d nodes", agent, o.nodes)
-		if nodeNames, err = cl.createKwokNodes(ctx, o.nodes); err != nil {
-			return r, err
-		}
-		args = []string{filepath.Join(o.bin, "kwok-"+version), "--kubeconfig", cp.kubeconfig,
-			"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-			"--node-lease-duration-seconds=40", "--cidr=100.64.0.0/10", "--node-ip=127.0.0.1"}
-		stages, err := kwokStages(filepath.Join(o.gomodcache, "sigs.k8s.io", "kwok@"+version, "kustomize", "stage"))
-		if err != nil {
-			return r, err
-		}
-		for _, s := range stages {
-			args = append(args, "--config", s)
-		}
-	default:
-		return r, fmt.Errorf("unknown agent %q", agent)
-	}
-
-	logf("%s: starting", agent)
-	start := time.Now()
-	proc, err := startAgent(cp.dir, agent, args)
-	if err != nil {
-		return r, err
-	}
-	defer proc.stop()
-	if err := cl.waitNodesReady(ctx, o.nodes, 10*time.Minute); err != nil {
-		return r, fmt.Errorf("%s: %w (log %s)", agent, err, proc.logPath)
-	}
-	r.NodesReadySeconds = time.Since(start).Seconds()
-	logf("%s: %d nodes Ready in %.1fs", agent, o.nodes, r.NodesReadySeconds)
+	defer run.stop()
+	r.Setting, r.NodesReadySeconds = run.setting, run.nodesReady
+	cp, cl, proc, nodeNames, heap := run.cp, run.cl, run.proc, run.nodeNames, run.heap
 
 	phaseStart, apiCPU0, agentCPU0 := time.Now(), cp.apiserverCPU(), procCPU(proc.cmd.Process.Pid)
 	writes0, writeSecs0, err := cl.podWrites(ctx)
@@ -445,16 +557,6 @@ func parseScales(s string) ([]scale, error) {
 		out = append(out, scale{nodes, pods})
 	}
 	return out, nil
-}
-
-// kwokVersion is the version of kwok an agent named kwok@VERSION runs, or
-// "" for any other agent.
-func kwokVersion(agent string) string {
-	v, ok := strings.CutPrefix(agent, "kwok@")
-	if !ok {
-		return ""
-	}
-	return v
 }
 
 // kwokStages are kwokctl's default stages in the stage directory of a kwok
@@ -619,23 +721,6 @@ func printTable(w *os.File, results []result) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
-}
-
-func machine() string {
-	cpus := 0
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		cpus = strings.Count(string(data), "processor\t:")
-	}
-	model := ""
-	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if strings.HasPrefix(line, "model name") {
-				model = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%d cores, %s", cpus, model)
 }
 
 func sortedSeconds(d []time.Duration) []float64 {

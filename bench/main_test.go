@@ -19,11 +19,3 @@ func TestParseScales(t *testing.T) {
 		}
 	}
 }
-
-func TestKwokVersion(t *testing.T) {
-	for agent, want := range map[string]string{"kwok@v0.7.0": "v0.7.0", "nodelet": "", "kwok": "", "kwok@": ""} {
-		if got := kwokVersion(agent); got != want {
-			t.Errorf("kwokVersion(%q) = %q, want %q", agent, got, want)
-		}
-	}
-}

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -494,24 +493,6 @@ func okWord(ok bool, yes, no string) string {
 		return yes
 	}
 	return no
-}
-
-// writeSoakResults writes r, with the date, the machine and the note, to
-// path.
-func writeSoakResults(path, note string, r soakResult) error {
-	out := map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": []soakResult{r}}
-	if note != "" {
-		out["note"] = note
-	}
-	data, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	fmt.Printf("\nwritten to %s\n", path)
-	return nil
 }
 
 // loadAverage is the machine's load average over the last minute.

@@ -546,18 +546,3 @@ func sortedFloats(v []float64) []float64 {
 	sort.Float64s(out)
 	return out
 }
-
-// writeStatsResults prints r and writes it, with the date and the machine,
-// to path.
-func writeStatsResults(path string, r statsResult) error {
-	data, err := json.MarshalIndent(map[string]any{"date": time.Now().UTC().Format(time.RFC3339), "machine": machine(), "results": []statsResult{r}}, "", "  ")
-	if err != nil {
-		return err
-	}
-	fmt.Printf("%s\n", data)
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	fmt.Printf("\nwritten to %s\n", path)
-	return nil
-}

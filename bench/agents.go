@@ -1,0 +1,132 @@
+package main
+
+// The sim agents the bench measures and the settings each runs with:
+// nodelet at its defaults, kwok at its defaults, and kwok tuned — its
+// parallelism raised to nodelet's worker counts at the same scale, so that
+// kwok is measured at its best rather than at four of everything.
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nodelet/nodelet/pkg/config"
+)
+
+// kwokAgent is an agent that runs kwok: kwok@VERSION at kwok's defaults,
+// or kwok@VERSION-tuned with its parallelism raised (tunedKwokParallelism).
+type kwokAgent struct {
+	version string
+	tuned   bool
+}
+
+// tunedSuffix marks the tuned variant of a kwok agent.
+const tunedSuffix = "-tuned"
+
+// parseKwokAgent reads an agent named kwok@VERSION or kwok@VERSION-tuned;
+// false for any other name.
+func parseKwokAgent(agent string) (kwokAgent, bool) {
+	v, ok := strings.CutPrefix(agent, "kwok@")
+	if !ok {
+		return kwokAgent{}, false
+	}
+	v, tuned := strings.CutSuffix(v, tunedSuffix)
+	if v == "" {
+		return kwokAgent{}, false
+	}
+	return kwokAgent{version: v, tuned: tuned}, true
+}
+
+// normalizeAgent gives the short names their version: kwok is
+// kwok@VERSION and kwok-tuned kwok@VERSION-tuned, VERSION being
+// --kwok-version's.
+func normalizeAgent(agent, kwokVersion string) string {
+	switch agent {
+	case "kwok":
+		return "kwok@" + kwokVersion
+	case "kwok" + tunedSuffix:
+		return "kwok@" + kwokVersion + tunedSuffix
+	}
+	return agent
+}
+
+// kwokParallelism is what bounds how much kwok does at once: three options
+// of its KwokConfiguration (config.kwok.x-k8s.io/v1alpha1), the same in
+// v0.7.0 and v0.8.0.
+type kwokParallelism struct {
+	NodeLease     int `json:"nodeLeaseParallelism"`
+	NodePlayStage int `json:"nodePlayStageParallelism"`
+	PodPlayStage  int `json:"podPlayStageParallelism"`
+}
+
+// kwokDefaultParallelism is kwok's defaults for those options (+default=4
+// in both v0.7.0 and v0.8.0).
+var kwokDefaultParallelism = kwokParallelism{NodeLease: 4, NodePlayStage: 4, PodPlayStage: 4}
+
+// nodeletNodeWorkers is how many node workers nodelet runs for n nodes
+// (internal/app: one per 4 nodes, at least 8, at most 1,024); they renew
+// the Leases and write the node statuses, both.
+func nodeletNodeWorkers(n int) int { return min(max(n/4, 8), 1024) }
+
+// nodeletPodWorkers is how many pods nodelet syncs at once by default
+// (podWorkers).
+func nodeletPodWorkers() int { return int(config.Default().PodWorkers) }
+
+// tunedKwokParallelism is kwok at nodelet's worker counts for n nodes:
+// nodelet's node workers for both of kwok's node pools (leases and node
+// stages, which nodelet's one pool serves together: kwok gets twice the
+// node workers), its pod workers for kwok's pod stages.
+func tunedKwokParallelism(n int) kwokParallelism {
+	w := nodeletNodeWorkers(n)
+	return kwokParallelism{NodeLease: w, NodePlayStage: w, PodPlayStage: nodeletPodWorkers()}
+}
+
+// kwokConfiguration is kwok's configuration file setting p: one more
+// --config for kwok, beside its stages. The rest stays kwok's default, its
+// flags and the bench's flags for it.
+func kwokConfiguration(p kwokParallelism) []byte {
+	return fmt.Appendf(nil, `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  nodeLeaseParallelism: %d
+  nodePlayStageParallelism: %d
+  podPlayStageParallelism: %d
+`, p.NodeLease, p.NodePlayStage, p.PodPlayStage)
+}
+
+// agentSetting is what an agent ran with, recorded beside its figures: a
+// sentence, and the values under their own option names.
+type agentSetting struct {
+	Summary string         `json:"summary"`
+	Values  map[string]int `json:"values"`
+}
+
+// simAgentSetting is the setting of a sim agent at n nodes: nodelet's
+// worker counts and client limit, kwok's parallelism (its client is
+// unthrottled in both versions: client.NewClientset sets no rate limit).
+func simAgentSetting(agent string, n int) (agentSetting, error) {
+	if agent == "nodelet" {
+		c := config.Default()
+		w := nodeletNodeWorkers(n)
+		return agentSetting{
+			Summary: fmt.Sprintf("nodelet defaults: %d node workers (min(max(%d nodes/4, 8), 1024)), podWorkers %d, kubeAPIQPS %g / kubeAPIBurst %d",
+				w, n, c.PodWorkers, c.KubeAPIQPS, c.KubeAPIBurst),
+			Values: map[string]int{"nodeWorkers": w, "podWorkers": int(c.PodWorkers),
+				"kubeAPIQPS": int(c.KubeAPIQPS), "kubeAPIBurst": int(c.KubeAPIBurst)},
+		}, nil
+	}
+	k, ok := parseKwokAgent(agent)
+	if !ok {
+		return agentSetting{}, fmt.Errorf("unknown agent %q (nodelet, kwok, kwok-tuned, kwok@VERSION or kwok@VERSION-tuned)", agent)
+	}
+	p, how := kwokDefaultParallelism, "kwok defaults"
+	if k.tuned {
+		p = tunedKwokParallelism(n)
+		how = fmt.Sprintf("KwokConfiguration raised to nodelet's workers at %d nodes (its node workers for both node options, its podWorkers for pods)", n)
+	}
+	return agentSetting{
+		Summary: fmt.Sprintf("%s: nodeLeaseParallelism %d, nodePlayStageParallelism %d, podPlayStageParallelism %d; client unthrottled",
+			how, p.NodeLease, p.NodePlayStage, p.PodPlayStage),
+		Values: map[string]int{"nodeLeaseParallelism": p.NodeLease, "nodePlayStageParallelism": p.NodePlayStage,
+			"podPlayStageParallelism": p.PodPlayStage},
+	}, nil
+}
