@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/node"
 )
 
 // kwokAgent is an agent that runs kwok: kwok@VERSION at kwok's defaults,
@@ -62,10 +63,9 @@ type kwokParallelism struct {
 // in both v0.7.0 and v0.8.0).
 var kwokDefaultParallelism = kwokParallelism{NodeLease: 4, NodePlayStage: 4, PodPlayStage: 4}
 
-// nodeletNodeWorkers is how many node workers nodelet runs for n nodes
-// (internal/app: one per 4 nodes, at least 8, at most 1,024); they renew
-// the Leases and write the node statuses, both.
-func nodeletNodeWorkers(n int) int { return min(max(n/4, 8), 1024) }
+// nodeletNodeWorkers is how many node workers nodelet runs for n nodes;
+// they renew the Leases and write the node statuses, both.
+func nodeletNodeWorkers(n int) int { return node.WorkersFor(n) }
 
 // nodeletPodWorkers is how many pods nodelet syncs at once by default
 // (podWorkers).

@@ -226,11 +226,7 @@ func New(rc *rest.Config, cfg *config.Config, remote *config.Controller) (_ *Age
 		LeaseDuration:        secondsToDuration(cfg.NodeLeaseDurationSeconds),
 		StatusReportInterval: cfg.NodeStatusReportFrequency.Duration,
 		PingInterval:         cfg.PingInterval.Duration,
-		// A worker is an idle goroutine between tasks; enough of them keep
-		// every lease renewed when each request takes seconds (a node
-		// renews every lease duration/4, so n nodes at latency L need
-		// n·L/(duration/4) at once: 1,000 nodes at 2 s, 200).
-		Workers: min(max(len(managed)/4, 8), 1024),
+		Workers:              node.WorkersFor(len(managed)),
 	}
 	if remote != nil {
 		nodeOpts.Conditions = remote.Conditions

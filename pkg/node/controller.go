@@ -44,6 +44,13 @@ const (
 	defaultWorkers              = 8
 )
 
+// WorkersFor is how many workers a controller of n nodes wants: one per 4
+// nodes, at least the default and at most 1,024. A worker is an idle
+// goroutine between tasks; enough of them keep every lease renewed when each
+// request takes seconds (a node renews every lease duration/4, so n nodes at
+// latency L need n·L/(duration/4) at once: 1,000 nodes at 2 s, 200).
+func WorkersFor(n int) int { return min(max(n/4, defaultWorkers), 1024) }
+
 const (
 	// pingTimeout bounds one provider ping.
 	pingTimeout = 5 * time.Second
