@@ -90,8 +90,11 @@ func (t *teardown) run(ctx context.Context, pidFiles []string, processRoot strin
 	errs = append(errs, t.endProcesses(ctx))
 	if t.addonsDir != "" {
 		// kube-proxy has ended: nothing writes its rules again.
-		if err := clusteraddons.Cleanup(t.addonsDir); err != nil {
+		found, err := clusteraddons.Cleanup(t.addonsDir)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("kube-proxy's rules: %w", err))
+		} else if found {
+			t.log("removed the iptables rules of a kube-proxy that was not stopped")
 		}
 	}
 	for _, uid := range pods {

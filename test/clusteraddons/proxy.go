@@ -117,25 +117,26 @@ func (r *record) run() error {
 }
 
 // Cleanup removes the rules of a kube-proxy that the add-ons in dir
-// started and did not stop (their process was killed), once it has ended.
-// Without a record in dir there is nothing to do. make clean runs it.
-func Cleanup(dir string) error {
+// started and did not stop (their process was killed), once it has ended;
+// found says there was one. Without a record in dir there is nothing to
+// do. make clean runs it.
+func Cleanup(dir string) (found bool, err error) {
 	path := filepath.Join(dir, recordFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	r := &record{path: path}
 	if err := json.Unmarshal(data, r); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		return true, fmt.Errorf("%s: %w", path, err)
 	}
 	if r.KubeProxy == "" {
-		return fmt.Errorf("%s: no kubeProxy", path)
+		return true, fmt.Errorf("%s: no kubeProxy", path)
 	}
-	return r.run()
+	return true, r.run()
 }
 
 // removeFirewallChain deletes kube-proxy's KUBE-FIREWALL chain and the

@@ -93,10 +93,18 @@ subjects:
 		}
 		return strings.TrimSpace(out) == webPod, out
 	})
-	// TODO(lead): busybox's nslookup kubernetes.default once the busybox
-	// image's nslookup no longer crashes; until then agnhost resolves the
-	// name through the pod's resolv.conf, search path and all.
-	eventually(t, time.Minute, "kubernetes.default resolved from a pod", func() (bool, string) {
+	// busybox's nslookup asks the cluster's DNS for the full name (like
+	// upstream's, it applies the search path only to names without a
+	// dot); agnhost resolves kubernetes.default through the pod's search
+	// path, as any glibc or Go client does, and connects.
+	eventually(t, time.Minute, "nslookup kubernetes.default.svc.cluster.local from a busybox pod", func() (bool, string) {
+		out, err := kubectlErr("exec", "-n", ns, "client", "-c", "busybox", "--", "nslookup", "kubernetes.default.svc."+clusteraddons.DNSDomain)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(out, "Address: 10.96.0.1"), out
+	})
+	eventually(t, time.Minute, "kubernetes.default:443 from a pod", func() (bool, string) {
 		out, err := kubectlErr("exec", "-n", ns, "client", "-c", "agnhost", "--", "/agnhost", "connect", "kubernetes.default:443", "--timeout=5s")
 		if err != nil {
 			return false, err.Error()
