@@ -61,14 +61,16 @@ bin/containerd-shim-runc-v2: hack/containerd/go.mod hack/containerd/go.sum
 	cd hack/containerd && CGO_ENABLED=0 GOFLAGS=-mod=mod $(GO) build -tags "$(CONTAINERD_TAGS)" \
 		-o ../../bin/containerd-shim-runc-v2 -ldflags "$(CONTAINERD_LDFLAGS)" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 
-# cri-deps: runc and the CNI plugins (bridge, host-local, loopback, portmap in
-# /usr/lib/cni) from Debian's packages, installed only when missing (needs
-# root then; a no-op once they are there).
+# cri-deps: runc, the CNI plugins (bridge, host-local, loopback, portmap in
+# /usr/lib/cni) and iptables (for kube-proxy) from Debian's packages,
+# installed only when missing (needs root then; a no-op once they are
+# there).
 CNI_BIN_DIR := /usr/lib/cni
 .PHONY: cri-deps
 cri-deps:
 	@missing=; \
 	command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing="$$missing runc"; \
+	command -v iptables-restore >/dev/null 2>&1 || [ -x /usr/sbin/iptables-restore ] || missing="$$missing iptables"; \
 	for p in bridge host-local loopback portmap; do \
 		[ -x $(CNI_BIN_DIR)/$$p ] || { missing="$$missing containernetworking-plugins"; break; }; \
 	done; \
@@ -184,8 +186,9 @@ conformance: build bin/e2e.test bin/ginkgo bin/kube-proxy bin/coredns bin/confor
 		bin/containerd bin/containerd-shim-runc-v2 cri-deps images
 	bin/conformance --out $(LOCAL)/conformance --images $(IMAGES_DIR) $(CONFORMANCE_FLAGS)
 
-# The smoke set of the conformance tests runs in make test (test/e2e).
-test e2e: bin/e2e.test
+# The smoke set of the conformance tests runs in make test (test/e2e), and
+# a cluster with CoreDNS and kube-proxy, as make run's.
+test e2e: bin/e2e.test bin/coredns bin/kube-proxy
 
 # Always handed to go build, which knows when nothing changed.
 .PHONY: bin/nodelet
@@ -196,14 +199,25 @@ bin/nodelet:
 # run: a local control plane in .local/, one nodelet node, a sample
 # workload. With PROVIDER=cri, criup first runs the registry of make images
 # and a private containerd that mirrors registry.k8s.io and docker.io to it.
+# With cri and process, addonsup runs the cluster's DNS (CoreDNS behind the
+# kube-dns Service) and Service proxy (kube-proxy) for the node, which
+# joins at the address the API server advertises to pods.
 ifeq ($(PROVIDER),cri)
 RUN_DEPS := bin/containerd bin/containerd-shim-runc-v2 cri-deps images bin/criup
 RUN_FLAGS = --container-runtime-endpoint $$(cat $(LOCAL)/cri-endpoint) --pod-logs-dir $(CURDIR)/$(LOCAL)/logs/pods
+ADDONS_FLAGS := --cluster-cidr-file $(LOCAL)/cri-subnet
+endif
+ifneq ($(PROVIDER),sim)
+RUN_DEPS += bin/coredns bin/kube-proxy bin/addonsup cri-deps
+RUN_FLAGS += --cluster-dns 10.96.0.10 --cluster-domain cluster.local
 endif
 
-.PHONY: bin/criup
+.PHONY: bin/criup bin/addonsup
 bin/criup:
 	$(GO) build -o bin/criup ./hack/criup
+
+bin/addonsup:
+	$(GO) build -o bin/addonsup ./hack/addonsup
 
 run: build bin/metrics-server $(RUN_DEPS)
 	@mkdir -p $(LOCAL)
@@ -218,7 +232,7 @@ run: build bin/metrics-server $(RUN_DEPS)
 		else \
 			rm -f $(LOCAL)/cri-endpoint; \
 			nohup bin/criup --images $(IMAGES_DIR) --registry bin/images --endpoint-file $(LOCAL)/cri-endpoint \
-				--dir-file $(LOCAL)/cri-dir > $(LOCAL)/criup.log 2>&1 & echo $$! > $(LOCAL)/criup.pid; \
+				--dir-file $(LOCAL)/cri-dir --subnet-file $(LOCAL)/cri-subnet > $(LOCAL)/criup.log 2>&1 & echo $$! > $(LOCAL)/criup.pid; \
 		fi; \
 		for i in $$(seq 1 120); do [ -s $(LOCAL)/cri-endpoint ] && break; sleep 1; done; \
 		[ -s $(LOCAL)/cri-endpoint ] || { echo "containerd not ready; see $(LOCAL)/criup.log"; exit 1; }; \
@@ -231,12 +245,28 @@ run: build bin/metrics-server $(RUN_DEPS)
 	@if [ -f $(LOCAL)/nodelet.pid ] && kill -0 $$(cat $(LOCAL)/nodelet.pid) 2>/dev/null; then \
 		echo "nodelet already running"; \
 	else \
+		address=127.0.0.1; \
+		if [ "$(PROVIDER)" != sim ]; then \
+			address=$$($(KUBECTL) get endpointslice -n default kubernetes -o jsonpath='{.endpoints[0].addresses[0]}'); \
+			[ -n "$$address" ] || { echo "the API server advertises no address pods reach; see $(LOCAL)/controlplane.log"; exit 1; }; \
+		fi; \
 		nohup bin/nodelet --config $(LOCAL)/nodelet.yaml --bootstrap-kubeconfig $(LOCAL)/controlplane/bootstrap.kubeconfig \
 			--kubeconfig $(CURDIR)/$(LOCAL)/nodelet/kubeconfig --node-name $(NODE_NAME) --provider $(PROVIDER) \
-			--root-dir $(CURDIR)/$(LOCAL)/nodelet --client-ca-file $(LOCAL)/controlplane/pki/ca.crt \
+			--root-dir $(CURDIR)/$(LOCAL)/nodelet --client-ca-file $(LOCAL)/controlplane/pki/ca.crt --address $$address \
 			--node-labels nodelet.io/sample=true $(RUN_FLAGS) > $(LOCAL)/nodelet.log 2>&1 & echo $$! > $(LOCAL)/nodelet.pid; \
 	fi
 	@for i in $$(seq 1 60); do $(KUBECTL) get node $(NODE_NAME) >/dev/null 2>&1 && break; sleep 1; done
+	@if [ "$(PROVIDER)" != sim ]; then \
+		if [ -f $(LOCAL)/addonsup.pid ] && kill -0 $$(cat $(LOCAL)/addonsup.pid) 2>/dev/null; then \
+			echo "CoreDNS and kube-proxy already running"; \
+		else \
+			rm -f $(LOCAL)/addons-ready; \
+			nohup bin/addonsup --kubeconfig $(LOCAL)/controlplane/admin.kubeconfig --bin bin --dir $(LOCAL)/addons \
+				--node-name $(NODE_NAME) --ready-file $(LOCAL)/addons-ready $(ADDONS_FLAGS) > $(LOCAL)/addonsup.log 2>&1 & echo $$! > $(LOCAL)/addonsup.pid; \
+		fi; \
+		for i in $$(seq 1 120); do [ -s $(LOCAL)/addons-ready ] && break; kill -0 $$(cat $(LOCAL)/addonsup.pid) 2>/dev/null || break; sleep 1; done; \
+		[ -s $(LOCAL)/addons-ready ] || { echo "CoreDNS and kube-proxy not ready; see $(LOCAL)/addonsup.log:"; tail -5 $(LOCAL)/addonsup.log; exit 1; }; \
+	fi
 	$(KUBECTL) wait --for=condition=Ready node/$(NODE_NAME) --timeout=60s
 	$(KUBECTL) apply -f deploy/sample-deployment.yaml
 	$(KUBECTL) rollout status deployment/sample --timeout=120s
@@ -246,14 +276,17 @@ run: build bin/metrics-server $(RUN_DEPS)
 	@echo "  $(KUBECTL) logs deployment/sample"
 	@echo "  $(KUBECTL) top pods   (once metrics-server has scraped the node)"
 	@if [ "$(PROVIDER)" != sim ]; then echo "Static pods: drop pod manifests into $(LOCAL)/manifests (read every 20s; each gets a mirror pod <name>-$(NODE_NAME))"; fi
-	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/. Stop with: make stop"
+	@if [ "$(PROVIDER)" != sim ]; then echo "Services: cluster DNS at 10.96.0.10 (CoreDNS) and kube-proxy; pods reach the API server at https://kubernetes.default.svc (see README, Quick start)"; fi
+	@echo "Logs: $(LOCAL)/nodelet.log, $(LOCAL)/controlplane/logs/, $(LOCAL)/addons/. Stop with: make stop"
 
-# With the cri provider, stopping containerd removes every pod, so the
-# volume mounts the agent made for them are unmounted too (the next make
-# run sets them up again); process pods outlive the agent and keep theirs.
+# addonsup removes kube-proxy's iptables rules and the kube-dns Service as
+# it stops. With the cri provider, stopping containerd removes every pod,
+# so the volume mounts the agent made for them are unmounted too (the next
+# make run sets them up again); process pods outlive the agent and keep
+# theirs.
 stop:
 	@cri=; [ -f $(LOCAL)/criup.pid ] && cri=1; \
-	for p in nodelet criup controlplane; do \
+	for p in nodelet addonsup criup controlplane; do \
 		if [ -f $(LOCAL)/$$p.pid ]; then \
 			pid=$$(cat $(LOCAL)/$$p.pid); kill $$pid 2>/dev/null || true; \
 			for i in $$(seq 1 60); do kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
@@ -351,15 +384,17 @@ soak: build
 # clean: end everything make run started and remove bin/ and .local/, from
 # whatever state make run or make stop left. While the control plane and
 # the agent run, the sample is deleted first, its pods stopped gracefully.
-# Then hack/teardown stops the agent, containerd and the control plane (by
-# their pid files), removes the process provider's sandboxes (which outlive
-# the agent by design), ends every other process that runs from .local/ or
-# from criup's containerd directory, unmounts what is mounted below them
-# and removes them without ever descending into a mount.
+# Then hack/teardown stops the agent, CoreDNS and kube-proxy, containerd
+# and the control plane (by their pid files), removes the process
+# provider's sandboxes (which outlive the agent by design), ends every
+# other process that runs from .local/ or from criup's containerd
+# directory, removes the iptables rules of a kube-proxy whose addonsup was
+# killed, unmounts what is mounted below them and removes them without
+# ever descending into a mount.
 clean:
 	-@if [ -f $(LOCAL)/controlplane/ready ] && [ -f $(LOCAL)/nodelet.pid ] && kill -0 $$(cat $(LOCAL)/nodelet.pid) 2>/dev/null; then \
 		$(KUBECTL) delete deployment sample --ignore-not-found --wait=true --timeout=60s && \
 		$(KUBECTL) wait --for=delete pod -l app=sample --timeout=60s 2>/dev/null; \
 	fi; true
-	$(GO) run ./hack/teardown --dir $(LOCAL) --process-root $(LOCAL)/nodelet --cri-dir-file $(LOCAL)/cri-dir
+	$(GO) run ./hack/teardown --dir $(LOCAL) --process-root $(LOCAL)/nodelet --cri-dir-file $(LOCAL)/cri-dir --addons-dir $(LOCAL)/addons
 	rm -rf bin

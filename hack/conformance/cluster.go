@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,27 +12,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
+	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/crienv"
 )
 
-// The cluster's DNS: the kube-dns Service at DNSServiceIP sends port 53 to
-// CoreDNS, a host process on the node's address at dnsPort.
-const (
-	nodeName     = "nodelet-conformance"
-	dnsDomain    = "cluster.local"
-	dnsServiceIP = "10.96.0.10"
-	dnsPort      = 10053
-)
+const nodeName = "nodelet-conformance"
 
 // cluster is one provider's fresh local cluster; stop undoes what start
 // did, in reverse order.
@@ -70,10 +61,11 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 			err = errors.Join(err, c.stop())
 		}
 	}()
-	if c.hostIP, err = defaultRouteIP(); err != nil {
+	if err := c.startControlPlane(ctx); err != nil {
 		return c, err
 	}
-	if err := c.startControlPlane(ctx); err != nil {
+	// The node's address is the one the API server advertises to pods.
+	if c.hostIP, err = clusteraddons.APIServerAddress(ctx, c.client); err != nil {
 		return c, err
 	}
 	var runtimeArgs []string
@@ -87,10 +79,7 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 	if err := c.startNode(ctx, runtimeArgs); err != nil {
 		return c, err
 	}
-	if err := c.startDNS(ctx); err != nil {
-		return c, err
-	}
-	if err := c.startProxy(ctx); err != nil {
+	if err := c.startAddons(ctx); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -142,7 +131,7 @@ func (c *cluster) startNode(ctx context.Context, extra []string) error {
 	args := append([]string{"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(c.rootDir, "kubeconfig"),
 		"--node-name", nodeName, "--provider", c.provider,
 		"--root-dir", c.rootDir, "--client-ca-file", ca, "--address", c.hostIP,
-		"--cluster-dns", dnsServiceIP, "--cluster-domain", dnsDomain,
+		"--cluster-dns", clusteraddons.DNSServiceIP, "--cluster-domain", clusteraddons.DNSDomain,
 		// Memory is the only eviction signal: the node's disk is the
 		// host's, shared with the builds and everything else the machine
 		// runs, and a kubelet's 10-15% free default would make the run's
@@ -207,119 +196,20 @@ func (c *cluster) deleteNode() error {
 	return err
 }
 
-// startDNS runs CoreDNS on the node's address, serving the cluster's
-// Services and Pods, and points the kube-dns Service at it.
-func (c *cluster) startDNS(ctx context.Context) error {
-	corefile := filepath.Join(c.dir, "Corefile")
-	conf := fmt.Sprintf(`.:%d {
-    bind %s
-    errors
-    health 127.0.0.1:0
-    kubernetes %s in-addr.arpa ip6.arpa {
-        kubeconfig %s
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 30
-    }
-    forward . /etc/resolv.conf
-    cache 30
-}
-`, dnsPort, c.hostIP, dnsDomain, c.kubeconfig)
-	if err := os.WriteFile(corefile, []byte(conf), 0o644); err != nil {
-		return err
-	}
-	if _, err := c.daemon("coredns", filepath.Join(c.bin, "coredns"), "-conf", corefile); err != nil {
-		return err
-	}
-	svcs := c.client.CoreV1().Services(metav1.NamespaceSystem)
-	labels := map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}
-	_, err := svcs.Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Labels: labels},
-		Spec: corev1.ServiceSpec{
-			ClusterIP: dnsServiceIP,
-			Ports: []corev1.ServicePort{
-				{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(dnsPort)},
-				{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(dnsPort)},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("kube-dns Service: %w", err)
-	}
-	_, err = c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceSystem).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns-coredns", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "kube-dns",
-			discoveryv1.LabelManagedBy:   "conformance.nodelet.io",
-		}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{c.hostIP},
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
-			NodeName:   ptr.To(nodeName),
-		}},
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](dnsPort)},
-			{Name: ptr.To("dns-tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](dnsPort)},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("kube-dns EndpointSlice: %w", err)
-	}
-	return nil
-}
-
-// startProxy runs kube-proxy in iptables mode for the node; its rules are
-// removed with kube-proxy --cleanup when the cluster stops.
-func (c *cluster) startProxy(ctx context.Context) error {
-	healthz, err := freePort()
-	if err != nil {
-		return err
-	}
-	metrics, err := freePort()
-	if err != nil {
-		return err
-	}
-	kp := filepath.Join(c.bin, "kube-proxy")
-	// kube-proxy adds a KUBE-FIREWALL chain to the filter table that its
-	// --cleanup keeps; it goes too unless the host had it before.
-	hadFirewall := exec.Command("iptables", "-S", "KUBE-FIREWALL").Run() == nil
-	c.onStop(func() error {
-		out, err := exec.Command(kp, "--cleanup").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("kube-proxy --cleanup: %v: %s", err, out)
-		}
-		if !hadFirewall {
-			removeFirewallChain()
-		}
-		return nil
-	})
-	args := []string{"--kubeconfig", c.kubeconfig, "--hostname-override", nodeName,
-		"--proxy-mode", "iptables", "--conntrack-max-per-core", "0",
-		"--iptables-localhost-nodeports=false",
-		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", healthz),
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metrics)}
+// startAddons runs CoreDNS and kube-proxy for the node; they stop, and
+// kube-proxy's rules go, when the cluster stops.
+func (c *cluster) startAddons(ctx context.Context) error {
+	opts := clusteraddons.Options{BinDir: c.bin, Dir: filepath.Join(c.dir, "addons"), Kubeconfig: c.kubeconfig,
+		NodeName: nodeName, HostIP: c.hostIP}
 	if c.runtime != nil {
-		args = append(args, "--cluster-cidr", c.runtime.Subnet())
+		opts.ClusterCIDR = c.runtime.Subnet()
 	}
-	if _, err := c.daemon("kube-proxy", kp, args...); err != nil {
+	a, err := clusteraddons.Start(ctx, opts)
+	if err != nil {
 		return err
 	}
-	// kube-proxy answers its health check once it has synced its rules.
-	return wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		out, err := exec.Command("iptables", "-t", "nat", "-S", "KUBE-SERVICES").Output()
-		return err == nil && strings.Contains(string(out), dnsServiceIP), nil
-	})
-}
-
-// removeFirewallChain deletes kube-proxy's KUBE-FIREWALL chain and the
-// jumps to it; a step that finds nothing to delete is not an error.
-func removeFirewallChain() {
-	for _, chain := range []string{"INPUT", "OUTPUT"} {
-		for exec.Command("iptables", "-D", chain, "-j", "KUBE-FIREWALL").Run() == nil {
-		}
-	}
-	_ = exec.Command("iptables", "-F", "KUBE-FIREWALL").Run()
-	_ = exec.Command("iptables", "-X", "KUBE-FIREWALL").Run()
+	c.onStop(a.Stop)
+	return nil
 }
 
 // daemon starts a process that runs until the cluster stops, its output
@@ -357,26 +247,6 @@ func (c *cluster) daemon(name, path string, args ...string) (*exec.Cmd, error) {
 }
 
 func (c *cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }
-
-// defaultRouteIP is the IPv4 address of the interface the default route
-// leaves by: the node's address, which pods and the API server reach.
-func defaultRouteIP() (string, error) {
-	conn, err := net.Dial("udp4", "192.0.2.1:53")
-	if err != nil {
-		return "", fmt.Errorf("find the node's address: %w", err)
-	}
-	defer conn.Close()
-	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // waitFile waits until path holds a line and returns it.
 func waitFile(ctx context.Context, path string, timeout time.Duration) (string, error) {

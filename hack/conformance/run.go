@@ -20,6 +20,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
+	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
 )
 
@@ -74,7 +75,7 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 			ReportDir:      dir,
 			KubectlPath:    kubectl,
 			KubeletRootDir: c.rootDir,
-			DNSDomain:      dnsDomain,
+			DNSDomain:      clusteraddons.DNSDomain,
 		}
 		if c.runtime != nil {
 			e2eOpts.RuntimeEndpoint = c.runtime.Endpoint()

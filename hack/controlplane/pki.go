@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -33,8 +34,11 @@ type authority struct {
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 
 // ensurePKI loads the CA in dir, creating it and every leaf certificate that is
-// missing.
-func ensurePKI(dir string) (*pki, error) {
+// missing. The apiserver's serving certificate names every address and name
+// its clients use: loopback, the kubernetes Service's ClusterIP and DNS
+// names, and the advertised address; one that lacks any (made by an
+// earlier version, or for another host address) is issued again.
+func ensurePKI(dir string, advertise net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -53,13 +57,19 @@ func ensurePKI(dir string) (*pki, error) {
 	}{
 		{name: "apiserver", cn: "kube-apiserver", server: true,
 			dnsSANs: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-			ipSANs:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}},
+			ipSANs:  apiserverIPs(advertise)},
 		{name: "admin", cn: "kubernetes-admin", orgs: []string{"system:masters"}},
 		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
 	}
 	for _, l := range leaves {
 		if fileExists(p.path(l.name+".crt")) && fileExists(p.path(l.name+".key")) {
-			continue
+			covered, err := names(p.path(l.name+".crt"), l.dnsSANs, l.ipSANs)
+			if err != nil {
+				return nil, fmt.Errorf("certificate %s: %w", l.name, err)
+			}
+			if covered {
+				continue
+			}
 		}
 		if err := p.issue(ca, l.name, l.cn, l.orgs, l.server, l.dnsSANs, l.ipSANs); err != nil {
 			return nil, fmt.Errorf("certificate %s: %w", l.name, err)
@@ -157,6 +167,35 @@ func (p *pki) issue(ca authority, name, cn string, orgs []string, server bool, d
 		return err
 	}
 	return writeKeyPair(p.path(name), der, key)
+}
+
+// apiserverIPs are the addresses the apiserver's certificate names.
+func apiserverIPs(advertise net.IP) []net.IP {
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, kubernetesServiceIP}
+	if !advertise.IsLoopback() {
+		ips = append(ips, advertise)
+	}
+	return ips
+}
+
+// names tells whether the certificate at path names every DNS name and
+// address given.
+func names(path string, dnsNames []string, ips []net.IP) (bool, error) {
+	cert, err := readCert(path)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range dnsNames {
+		if !slices.Contains(cert.DNSNames, n) {
+			return false, nil
+		}
+	}
+	for _, ip := range ips {
+		if !slices.ContainsFunc(cert.IPAddresses, ip.Equal) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func writeServiceAccountKey(keyPath, pubPath string) error {

@@ -39,6 +39,7 @@ type upOptions struct {
 	extraControllerMgrArgs []string
 	metricsServer          string
 	metricResolution       time.Duration
+	advertiseAddress       string
 }
 
 func newUpCommand() *cobra.Command {
@@ -57,7 +58,9 @@ func newUpCommand() *cobra.Command {
 	f.StringVar(&o.dir, "dir", ".local/controlplane", "directory for data, certificates, logs and admin.kubeconfig")
 	f.DurationVar(&o.nodeMonitorGracePeriod, "node-monitor-grace-period", 20*time.Second, "how long a node may go without a heartbeat before it is marked NotReady")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", 3*time.Minute, "how long to wait for the apiserver to become ready")
-	f.IntVar(&o.apiserverPort, "apiserver-port", 0, "apiserver port on 127.0.0.1 (0 picks a free one the first time)")
+	f.IntVar(&o.apiserverPort, "apiserver-port", 0, "apiserver port (0 picks a free one the first time)")
+	f.StringVar(&o.advertiseAddress, "advertise-address", "", "the apiserver's address for pods, the endpoint of the kubernetes Service; it then serves on every address, loopback too "+
+		"(empty: the host's IPv4 address on its default route, or 127.0.0.1 without one; 127.0.0.1: serve on loopback alone, no kubernetes Service endpoint)")
 	f.StringArrayVar(&o.extraAPIServerArgs, "apiserver-arg", nil, "extra flag for the apiserver (repeatable)")
 	f.StringArrayVar(&o.extraControllerMgrArgs, "controller-manager-arg", nil, "extra flag for the controller-manager (repeatable)")
 	f.StringVar(&o.metricsServer, "metrics-server", "", "metrics-server binary to run as the v1beta1.metrics.k8s.io APIService, for kubectl top (empty: none)")
@@ -79,7 +82,11 @@ func (o *upOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	certs, err := ensurePKI(filepath.Join(dir, "pki"))
+	advertise, err := o.advertiseIP()
+	if err != nil {
+		return err
+	}
+	certs, err := ensurePKI(filepath.Join(dir, "pki"), advertise)
 	if err != nil {
 		return err
 	}
@@ -98,8 +105,10 @@ func (o *upOptions) run(ctx context.Context) error {
 		if err := certs.ensureFrontProxy(); err != nil {
 			return err
 		}
-		if ms.ip, err = hostIPv4(); err != nil {
-			return err
+		if ms.ip = advertise; advertise.IsLoopback() {
+			if ms.ip, err = hostIPv4(); err != nil {
+				return err
+			}
 		}
 	}
 	if err := writeKubeconfig(kubeconfig, server, certs); err != nil {
@@ -131,8 +140,6 @@ func (o *upOptions) run(ctx context.Context) error {
 
 	apiArgs := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(p.APIServer),
 		"--tls-cert-file=" + certs.path("apiserver.crt"),
 		"--tls-private-key-file=" + certs.path("apiserver.key"),
@@ -147,8 +154,6 @@ func (o *upOptions) run(ctx context.Context) error {
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
-		// Loopback cannot be published as the kubernetes Service endpoint.
-		"--endpoint-reconciler-type=none",
 		// A local control plane serves one user; let large simulated
 		// clusters through without queueing.
 		"--enable-priority-and-fairness=false",
@@ -156,6 +161,7 @@ func (o *upOptions) run(ctx context.Context) error {
 		"--max-mutating-requests-inflight=1500",
 		"--profiling=false",
 	}
+	apiArgs = append(apiArgs, advertiseArgs(advertise)...)
 	apiArgs = append(apiArgs, bootstrapAPIServerArgs()...)
 	if ms.path != "" {
 		apiArgs = append(apiArgs, aggregatorArgs(certs)...)
@@ -218,11 +224,19 @@ func (o *upOptions) run(ctx context.Context) error {
 		return fmt.Errorf("unregister metrics-server: %w", err)
 	}
 
+	if !advertise.IsLoopback() {
+		if err := waitAdvertised(ctx, cfg, advertise, p.APIServer, o.readyTimeout); err != nil {
+			return err
+		}
+	}
 	if err := setUpBootstrap(ctx, cfg, bootstrapKubeconfigPath(dir), server, certs.path("ca.crt")); err != nil {
 		return fmt.Errorf("bootstrap token: %w", err)
 	}
 
 	fmt.Printf("control plane ready at %s\n", server)
+	if !advertise.IsLoopback() {
+		fmt.Printf("  pods reach it at https://kubernetes.default.svc (%s:%d)\n", advertise, p.APIServer)
+	}
 	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
 	fmt.Printf("  nodes join with --bootstrap-kubeconfig %s\n", bootstrapKubeconfigPath(dir))
 	fmt.Printf("  logs in %s\n", g.logDir)

@@ -2,9 +2,10 @@
 // `make run PROVIDER=cri`: the image registry of `make images` on loopback
 // and a private containerd (package crienv: its own root, state, sockets,
 // CNI bridge and subnet) that mirrors registry.k8s.io and docker.io to it.
-// It writes the containerd endpoint to --endpoint-file once both serve,
-// and on SIGINT or SIGTERM stops containerd (removing its pods, network
-// and files) and the registry. --dir-file records containerd's directory
+// It writes the containerd endpoint to --endpoint-file once both serve
+// (and the pods' subnet to --subnet-file, for kube-proxy), and on SIGINT
+// or SIGTERM stops containerd (removing its pods, network and files) and
+// the registry. --dir-file records containerd's directory
 // (outside make run's, where socket paths stay short enough), so that
 // make clean finds what criup leaves when it is killed.
 package main
@@ -38,6 +39,7 @@ func run() error {
 	registryBin := flag.String("registry", "bin/images", "the registry binary")
 	endpointFile := flag.String("endpoint-file", "", "where to write containerd's CRI endpoint once it serves (required)")
 	dirFile := flag.String("dir-file", "", "where to write the directory of containerd's root, state and sockets")
+	subnetFile := flag.String("subnet-file", "", "where to write the pods' subnet (kube-proxy's --cluster-cidr)")
 	flag.Parse()
 	if *endpointFile == "" {
 		return errors.New("--endpoint-file is required")
@@ -80,6 +82,12 @@ func run() error {
 	}()
 	if *dirFile != "" {
 		if err := atomicfile.Write(*dirFile, []byte(env.Dir()+"\n"), atomicfile.Options{Perm: 0o644}); err != nil {
+			return err
+		}
+	}
+	if *subnetFile != "" {
+		defer os.Remove(*subnetFile)
+		if err := atomicfile.Write(*subnetFile, []byte(env.Subnet()+"\n"), atomicfile.Options{Perm: 0o644}); err != nil {
 			return err
 		}
 	}

@@ -17,14 +17,18 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/provider/cri"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/test/clusteraddons"
 )
 
 // teardown is one run: the directories it owns and how it reports.
 type teardown struct {
 	dir   string   // --dir, absolute
 	roots []string // the directories whose processes and mounts are ended, as given and with links resolved
-	grace time.Duration
-	log   func(format string, args ...any)
+	// addonsDir is the directory of make run's cluster add-ons; empty:
+	// none.
+	addonsDir string
+	grace     time.Duration
+	log       func(format string, args ...any)
 }
 
 // newTeardown owns dir and, when criDirFile names one, criup's containerd
@@ -84,6 +88,15 @@ func (t *teardown) run(ctx context.Context, pidFiles []string, processRoot strin
 		errs = append(errs, err, t.removeSandboxes(ctx, processRoot, pods))
 	}
 	errs = append(errs, t.endProcesses(ctx))
+	if t.addonsDir != "" {
+		// kube-proxy has ended: nothing writes its rules again.
+		found, err := clusteraddons.Cleanup(t.addonsDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kube-proxy's rules: %w", err))
+		} else if found {
+			t.log("removed the iptables rules of a kube-proxy that was not stopped")
+		}
+	}
 	for _, uid := range pods {
 		// The cri provider's, once the runtime's containers below are gone.
 		if err := cri.RemovePodCgroups(uid); err != nil {

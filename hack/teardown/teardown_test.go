@@ -84,8 +84,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestTeardown leaves a directory as a broken make run could: a process of
 // a pid file that ignores SIGTERM, a script running from the directory with
 // a child, tmpfs mounts nested below it (one held busy by a process that
-// is not the directory's), a stale pid file naming an unrelated process.
-// Teardown ends the directory's processes and only them, unmounts
+// is not the directory's), a stale pid file naming an unrelated process,
+// and a kube-proxy whose addonsup was killed, with the record of how to
+// remove its rules. Teardown ends the directory's processes and only them,
+// runs kube-proxy --cleanup once that kube-proxy has ended, unmounts
 // everything and removes the directory; the mounts' files are never
 // deleted through the mount (their contents survive in the busy one).
 func TestTeardown(t *testing.T) {
@@ -118,6 +120,20 @@ func TestTeardown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The kube-proxy left running names the directory on its command line;
+	// the kube-proxy binary (outside the directory, as bin/ is) tells on
+	// --cleanup whether that one still ran.
+	addons := filepath.Join(dir, "addons")
+	writeScript(t, filepath.Join(addons, "kube-proxy.sh"), "while true; do sleep 1; done")
+	proxy := start(t, base, "/bin/sh", ".local/addons/kube-proxy.sh")
+	cleaned := filepath.Join(base, "cleaned")
+	fakeProxy := filepath.Join(base, "bin", "kube-proxy")
+	writeScript(t, fakeProxy, fmt.Sprintf(`[ "$1" = --cleanup ] || exit 2
+if kill -0 %d 2>/dev/null; then echo running > %s; else echo ended > %s; fi`, proxy.Process.Pid, cleaned, cleaned))
+	record := fmt.Sprintf(`{"kubeProxy": %q, "hadFirewall": true}`, fakeProxy)
+	if err := os.WriteFile(filepath.Join(addons, "kube-proxy-cleanup.json"), []byte(record), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var child int
 	waitFor(t, "the sandbox's child", func() bool {
 		procs, _ := readProcs()
@@ -135,6 +151,7 @@ func TestTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 	td.grace = time.Second
+	td.addonsDir = addons
 	var logged strings.Builder
 	td.log = func(format string, args ...any) { fmt.Fprintf(&logged, format+"\n", args...) }
 	if err := td.run(context.Background(), []string{filepath.Join(dir, "stale.pid"), filepath.Join(dir, "agent.pid")}, ""); err != nil {
@@ -142,7 +159,10 @@ func TestTeardown(t *testing.T) {
 	}
 	t.Logf("teardown said:\n%s", logged.String())
 
-	for name, pid := range map[string]int{"agent": agent.Process.Pid, "sandbox": sandbox.Process.Pid, "sandbox's child": child} {
+	if data, err := os.ReadFile(cleaned); err != nil || strings.TrimSpace(string(data)) != "ended" {
+		t.Errorf("kube-proxy --cleanup: %q %v; want it run once kube-proxy had ended", data, err)
+	}
+	for name, pid := range map[string]int{"agent": agent.Process.Pid, "sandbox": sandbox.Process.Pid, "sandbox's child": child, "kube-proxy": proxy.Process.Pid} {
 		if running(pid) {
 			t.Errorf("the %s (%d) still runs", name, pid)
 		}
