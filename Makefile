@@ -116,8 +116,9 @@ bin/nnp: hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/nnp k8s.io/kubernetes/test/images/nonewprivs
 
 # busybox: built static from Debian's source package (hack/images/build-busybox.sh
-# pins it), as Debian's busybox-static but keeping upstream's ash, which
-# passes on environment variables whose names are not shell identifiers.
+# pins it), configured as upstream's image (defconfig; Debian's busybox-static
+# config lacks wget -T, nc -z, ...) and keeping upstream's ash, which passes
+# on environment variables whose names are not shell identifiers.
 $(BUSYBOX): hack/images/build-busybox.sh
 	hack/images/build-busybox.sh $@
 
