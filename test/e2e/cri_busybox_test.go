@@ -38,7 +38,7 @@ spec:
   containers:
   - name: web
     image: %s
-    args: ["netexec", "--http-port=8080", "--udp-port=-1"]
+    args: ["netexec", "--http-port=8080"]
     readinessProbe:
       httpGet: {path: /healthz, port: 8080}
       periodSeconds: 1
