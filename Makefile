@@ -148,7 +148,8 @@ image-push: image
 	@[ -n "$(IMAGE_TO)" ] || { echo "set IMAGE_TO=REGISTRY/REPOSITORY:TAG"; exit 1; }
 	bin/images push --dir $(IMAGE_DIR)/oci --to $(IMAGE_TO)
 
-# images-test: hack/images' own tests (build a few images, serve, pull).
+# images-test: hack/images' own tests (build a few images, serve, pull; run
+# the built busybox's applets against servers on loopback).
 images-test: $(BUSYBOX)
 	cd hack/images && $(GO) test ./...
 
