@@ -118,8 +118,9 @@ bin/nnp: hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/nnp k8s.io/kubernetes/test/images/nonewprivs
 
 # busybox: built static from Debian's source package (hack/images/build-busybox.sh
-# pins it), as Debian's busybox-static but keeping upstream's ash, which
-# passes on environment variables whose names are not shell identifiers.
+# pins it), configured as upstream's image (defconfig; Debian's busybox-static
+# config lacks wget -T, nc -z, ...) and keeping upstream's ash, which passes
+# on environment variables whose names are not shell identifiers.
 $(BUSYBOX): hack/images/build-busybox.sh
 	hack/images/build-busybox.sh $@
 
@@ -149,7 +150,8 @@ image-push: image
 	@[ -n "$(IMAGE_TO)" ] || { echo "set IMAGE_TO=REGISTRY/REPOSITORY:TAG"; exit 1; }
 	bin/images push --dir $(IMAGE_DIR)/oci --to $(IMAGE_TO)
 
-# images-test: hack/images' own tests (build a few images, serve, pull).
+# images-test: hack/images' own tests (build a few images, serve, pull; run
+# the built busybox's applets against servers on loopback).
 images-test: $(BUSYBOX)
 	cd hack/images && $(GO) test ./...
 
