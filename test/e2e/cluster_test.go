@@ -84,10 +84,8 @@ subjects:
 
 	// The Service by its short name, through the cluster's DNS and
 	// kube-proxy; both pick the change up within seconds.
-	// TODO(lead): wget -qO- -T 5 once the busybox image's wget -T no
-	// longer crashes (the busybox branch of issue 25).
 	eventually(t, time.Minute, "GET http://web/hostname from a busybox pod", func() (bool, string) {
-		out, err := kubectlErr("exec", "-n", ns, "client", "-c", "busybox", "--", "wget", "-qO-", "http://web/hostname")
+		out, err := kubectlErr("exec", "-n", ns, "client", "-c", "busybox", "--", "wget", "-qO-", "-T", "5", "http://web/hostname")
 		if err != nil {
 			return false, err.Error()
 		}
