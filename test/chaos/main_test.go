@@ -8,7 +8,7 @@
 //
 // The suite runs its own control plane (bin/controlplane up), whose etcd
 // and apiserver it kills, so it never disturbs other tests. Each scenario
-// holds every counter to a limit (none, for most) and appends a row to a
+// holds every counter to a limit (zero, for most) and appends a row to a
 // report (NODELET_RELIABILITY_REPORT, default .local/reliability.md),
 // which make test prints: its counts, its figures, and pass or fail —
 // whatever step failed it.
@@ -358,6 +358,17 @@ func between(lo, hi int) limit { return limit{lo, hi} }
 
 func (l limit) holds(n int) bool { return n >= l.min && n <= l.max }
 
+func (l limit) String() string {
+	switch {
+	case l.min == l.max:
+		return strconv.Itoa(l.min)
+	case l.min == 0:
+		return fmt.Sprintf("at most %d", l.max)
+	default:
+		return fmt.Sprintf("%d to %d", l.min, l.max)
+	}
+}
+
 // cell is a count as the report shows it: with its limit unless that is
 // none at all, in bold when outside it.
 func (l limit) cell(n int) string {
@@ -447,7 +458,7 @@ func (r *row) finish(l limits, figures string) {
 		{"nodes NotReady", c.NodesNotReady, l.notReady},
 	} {
 		if !k.l.holds(k.n) {
-			bad = append(bad, fmt.Sprintf("%s %d, want %d to %d", k.what, k.n, k.l.min, k.l.max))
+			bad = append(bad, fmt.Sprintf("%s %d, want %s", k.what, k.n, k.l))
 		}
 	}
 	if len(bad) > 0 {
