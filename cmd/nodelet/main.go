@@ -162,7 +162,7 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "cri provider: directory of the containers' logs")
 	fs.StringVar(&cfg.RootDir, "root-dir", cfg.RootDir, "process provider: directory of the pods' state, volumes and logs")
 	fs.Int32Var(&cfg.MaxPods, "max-pods", cfg.MaxPods, "process provider: the node's pod capacity")
-	fs.Var(&optionalBool{&cfg.EnableServer}, "enable-server", "run the kubelet API server on --port (default: with the process provider)")
+	fs.Var(&optionalBool{&cfg.EnableServer}, "enable-server", "run the kubelet API server on --port (default: with the process and cri providers)")
 	fs.Lookup("enable-server").NoOptDefVal = "true"
 	fs.StringVar(&cfg.Authentication.X509.ClientCAFile, "client-ca-file", cfg.Authentication.X509.ClientCAFile, "kubelet API server: CA bundle that signs the client certificates it accepts")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", cfg.TLSCertFile, "kubelet API server: serving certificate (default: self-signed)")

@@ -122,8 +122,8 @@ type Config struct {
 	HealthzBindAddress string `json:"healthzBindAddress,omitempty"`
 
 	// EnableServer runs the kubelet API server (logs, exec, attach,
-	// port-forward) on Port. Default true with the process provider, false
-	// with sim (thousands of sim nodes share one address).
+	// port-forward) on Port. Default true with the process and cri
+	// providers, false with sim (thousands of sim nodes share one address).
 	EnableServer *bool `json:"enableServer,omitempty"`
 	// EnableProfilingHandler serves the Go runtime's profiles at
 	// /debug/pprof/ on the kubelet API, authorized as nodes/proxy.

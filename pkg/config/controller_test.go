@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -533,11 +535,19 @@ func TestTrialPassedHealthyBecomesLastKnownGood(t *testing.T) {
 		t.Fatalf("failed starts at start = %d, want 1 (counted until healthy)", st.Trial.FailedStarts)
 	}
 	healthy := make(chan struct{})
+	var polls atomic.Int32 // health polls: the controller looking at the agent's health
 	cl := newCluster("ns/cfg", configMap("5", header+"configTrialDuration: 5m\n"))
-	cl.run(t, c, func() bool { return closed(healthy) })
+	cl.run(t, c, func() bool { polls.Add(1); return closed(healthy) })
 
+	wait(t, "the agent's health polled", func() bool { return polls.Load() > 0 })
+	seen := polls.Load()
 	clk.Step(6 * time.Minute) // past the trial, but not healthy yet
-	time.Sleep(50 * time.Millisecond)
+	// Two polls past the trial's end: the controller has seen the first
+	// one's answer (not healthy) and gone back to waiting.
+	wait(t, "the agent's health polled twice past the trial", func() bool {
+		clk.Step(time.Millisecond) // for the health ticker
+		return polls.Load() >= seen+2
+	})
 	if rec, _ := store.LastKnownGood(); rec.Source != nil {
 		t.Fatalf("last-known-good = %v before the agent was healthy", rec.Source)
 	}
@@ -556,9 +566,13 @@ func TestTrialPassedHealthyBecomesLastKnownGood(t *testing.T) {
 
 func TestTrialNotPromotedEarly(t *testing.T) {
 	root := t.TempDir()
-	clk := testingclock.NewFakeClock(t0)
-	store := assign(t, root, clk, source("5"), header+"configTrialDuration: 5m\n")
-	c := newTestController(t, testLocal(root), clk)
+	clk := &afterClock{FakeClock: testingclock.NewFakeClock(t0)}
+	store := assign(t, root, clk.FakeClock, source("5"), header+"configTrialDuration: 5m\n")
+	c, err := NewController(testLocal(root), ControllerOptions{Clock: clk, HealthInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	if _, err := c.Bootstrap(klog.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -568,9 +582,19 @@ func TestTrialNotPromotedEarly(t *testing.T) {
 		st, _ := readState(store.Dir())
 		return st.Trial.FailedStarts == 0
 	})
-	wait(t, "the trial waits for its end", func() bool { return clk.HasWaiters() })
+	var end time.Time
+	wait(t, "the trial waits for its end", func() bool {
+		var ok bool
+		end, ok = clk.firstAfter()
+		return ok
+	})
 	clk.Step(4 * time.Minute)
-	time.Sleep(50 * time.Millisecond)
+	// The fake clock fires a wait that falls due within its step before
+	// the step returns: the trial's still waits, and nothing can have
+	// promoted the config.
+	if !clk.Now().Before(end) {
+		t.Fatalf("the trial's wait ended at %s, within the trial (4 of its 5 minutes)", end.Sub(t0))
+	}
 	if rec, _ := store.LastKnownGood(); rec.Source != nil {
 		t.Fatalf("last-known-good = %v within the trial", rec.Source)
 	}
@@ -601,6 +625,31 @@ func TestRollbackEvent(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no event for the rollback")
 	}
+}
+
+// afterClock is a fake clock that records when each wait of After ends: a
+// test sees the controller wait, and whether a step of the clock ended it.
+type afterClock struct {
+	*testingclock.FakeClock
+	mu   sync.Mutex
+	ends []time.Time
+}
+
+func (c *afterClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.ends = append(c.ends, c.Now().Add(d))
+	c.mu.Unlock()
+	return c.FakeClock.After(d)
+}
+
+// firstAfter is when the first wait of After ends, if there was one.
+func (c *afterClock) firstAfter() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ends) == 0 {
+		return time.Time{}, false
+	}
+	return c.ends[0], true
 }
 
 func closed(ch <-chan struct{}) bool {

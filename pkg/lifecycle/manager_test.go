@@ -51,6 +51,8 @@ type fakeRuntime struct {
 	// failRemove makes RemoveSandbox remove the sandbox and fail, as an
 	// agent killed right after the removal: its caller never learns.
 	failRemove atomic.Bool
+	// ensured counts the sandboxes set up (EnsureSandbox calls).
+	ensured atomic.Int32
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -72,6 +74,7 @@ func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) {
 }
 
 func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbox, error) {
+	r.ensured.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb := &fakeSandbox{rt: r, uid: spec.Pod.UID, attempts: map[string][]ContainerStatus{}}
@@ -128,13 +131,15 @@ type fakeSandbox struct {
 	rt   *fakeRuntime
 	uid  types.UID
 	dead atomic.Bool
+	// readyCalls counts the looks at whether it is ready (Ready calls).
+	readyCalls atomic.Int32
 
 	mu       sync.Mutex
 	attempts map[string][]ContainerStatus
 }
 
 func (s *fakeSandbox) UID() types.UID { return s.uid }
-func (s *fakeSandbox) Ready() bool    { return !s.dead.Load() }
+func (s *fakeSandbox) Ready() bool    { s.readyCalls.Add(1); return !s.dead.Load() }
 func (s *fakeSandbox) IPs() []string  { return s.rt.ips }
 
 func (s *fakeSandbox) Container(name string) (ContainerStatus, bool) {
@@ -552,19 +557,27 @@ func TestFinishedPodIsNotSetUpAgain(t *testing.T) {
 	})
 	sb := f.rt.sandbox(pod.UID)
 	sb.dead.Store(true)
+	looks, ensured := sb.readyCalls.Load(), f.rt.ensured.Load()
 	if err := f.m.UpdatePod(context.Background(), pod); err != nil { // a sync
 		t.Fatal(err)
 	}
-	// Nothing is to happen: a second of syncs must not set it up again.
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		if f.rt.sandbox(pod.UID) != sb {
-			t.Fatal("a finished pod got a new sandbox")
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The sync looks at the sandbox twice: whether it died (set-up) and,
+	// at its end, for the status it reports. A sync that set the pod up
+	// again would report the new sandbox's instead.
+	eventually(t, "the sync after the sandbox died over", func() (bool, string) {
+		n := sb.readyCalls.Load() - looks
+		return n >= 2, fmt.Sprintf("the dead sandbox looked at %d times; %d sandboxes set up since", n, f.rt.ensured.Load()-ensured)
+	})
+	if f.rt.sandbox(pod.UID) != sb {
+		t.Error("a finished pod got a new sandbox")
 	}
-	if s := f.status("p"); s.Phase != corev1.PodSucceeded {
-		t.Errorf("phase %s, want Succeeded", s.Phase)
+	if n := f.rt.ensured.Load() - ensured; n != 0 {
+		t.Errorf("a finished pod got %d new sandboxes after its own died", n)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ph := f.phases["p"]; ph[len(ph)-1] != corev1.PodSucceeded {
+		t.Errorf("phases published %v, want Succeeded last", ph)
 	}
 }
 

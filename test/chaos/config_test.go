@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -17,14 +18,24 @@ import (
 // every start (its kubelet API port is taken), with the API server killed
 // after the first crash and started again in the middle of the trial. The
 // agent, restarted after each exit as systemd would, must roll back to its
-// last-known-good config and say why in ConfigOK.
+// last-known-good config and say why in ConfigOK; the pods it ran before
+// run on, as they were: none lost, restarted or set up anew.
 func TestConfigRollbackUnderFaults(t *testing.T) {
-	holdHost(t)
+	r := begin(t, "crashing remote config, API server killed mid-trial")
 	prefix := name("config")
 	a := startAgent(t, prefix, agentOptions{provider: "sim"})
 	waitReady(t, time.Minute, a)
 	ns := newNamespace(t, "config")
-	o := observe(t, ns, prefix, nil)
+	r.observe(ns, prefix, nil)
+	pods := podNames("sim", 0, 10)
+	for _, n := range pods {
+		create(t, simPod(ns, n, prefix))
+	}
+	waitRunning(t, ns, time.Minute, pods...)
+	before, _, err := running(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	taken, err := net.Listen("tcp", ":0")
 	if err != nil {
@@ -100,6 +111,18 @@ func TestConfigRollbackUnderFaults(t *testing.T) {
 	if exited, err := a.Exited(); exited {
 		t.Fatalf("the agent exited on the last-known-good config: %v\n%s", err, lastLines(a.LogText(), 20))
 	}
-	report(t, "crashing remote config, API server killed mid-trial", o.Counters(),
-		fmt.Sprintf("rolled back after %d failed starts: %q", failures, why))
+	// The pods are the ones it ran before, their containers started when
+	// they were.
+	waitRunning(t, ns, time.Minute, pods...)
+	after, _, err := running(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if was, now := startTimes(before, pods...), startTimes(after, pods...); !maps.Equal(now, was) {
+		t.Errorf("start times of the pods' containers changed:\nbefore %v\nafter  %v", was, now)
+	}
+	// The API server's outage may let the node controller mark the node
+	// NotReady (its grace period is 20s), once.
+	r.finish(limits{notReady: atMost(1)},
+		fmt.Sprintf("%d sim pods; rolled back after %d failed starts: %q", len(pods), failures, why))
 }

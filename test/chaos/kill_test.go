@@ -27,16 +27,16 @@ import (
 // exactly: no orphan sandbox, no pod stuck terminating, no container
 // started twice.
 func TestAgentKilledDuringBursts(t *testing.T) {
-	holdHost(t)
+	const kills = 20
+	r := begin(t, fmt.Sprintf("agent SIGKILL at %d random moments of create/delete bursts", kills))
 	if !isRoot() {
 		t.Skip("the process provider needs root")
 	}
-	const kills = 20
 	prefix := name("kill")
 	a := startAgent(t, prefix, agentOptions{provider: "process", extra: []string{"--address", "127.0.0.1"}})
 	waitReady(t, time.Minute, a)
 	ns := newNamespace(t, "kill")
-	o := observe(t, ns, prefix, nil)
+	o := r.observe(ns, prefix, nil)
 	out := t.TempDir()
 
 	var live, deleted []string
@@ -96,9 +96,7 @@ func TestAgentKilledDuringBursts(t *testing.T) {
 	if !slices.Equal(dirs, uids) {
 		t.Errorf("pod directories of the runtime %v, want the live pods' %v", dirs, uids)
 	}
-	expectNone(t, o, true, true, true, false)
-	report(t, fmt.Sprintf("agent SIGKILL at %d random moments of create/delete bursts", kills), o.Counters(),
-		fmt.Sprintf("%d pods created, %d deleted; API and sandboxes agreed %s after the first burst", next, len(deleted), converged.Round(time.Second)))
+	r.finish(limits{}, fmt.Sprintf("%d pods created, %d deleted; API and sandboxes agreed %s after the first burst", next, len(deleted), converged.Round(time.Second)))
 }
 
 // TestRuntimeKilledDuringStarts: containerd is killed with SIGKILL while
@@ -106,14 +104,14 @@ func TestAgentKilledDuringBursts(t *testing.T) {
 // no container runs twice, and every exit that happened meanwhile is seen
 // afterwards.
 func TestRuntimeKilledDuringStarts(t *testing.T) {
-	holdHost(t)
+	r := begin(t, "containerd SIGKILL during container starts")
 	env := criEnv(t)
 	prefix := name("runtime")
 	a := startAgent(t, prefix, agentOptions{provider: "cri", extra: []string{"--container-runtime-endpoint", env.Endpoint(),
 		"--pod-logs-dir", t.TempDir(), "--address", "127.0.0.1"}})
 	waitReady(t, time.Minute, a)
 	ns := newNamespace(t, "runtime")
-	o := observe(t, ns, prefix, nil)
+	r.observe(ns, prefix, nil)
 
 	long := podNames("long", 0, 3)
 	exiting := podNames("exit", 0, 3)
@@ -219,8 +217,10 @@ func TestRuntimeKilledDuringStarts(t *testing.T) {
 			t.Errorf("pod %s ended but has %d running containers in the runtime", n, running[n])
 		}
 	}
-	expectNone(t, o, true, false, true, false)
-	report(t, "containerd SIGKILL during container starts", o.Counters(),
+	// A container whose start the kill cut short is started again (see
+	// the README): at most one restart a pod. The node is NotReady at
+	// most once, while its runtime does not answer.
+	r.finish(limits{restarted: atMost(len(long) + len(exiting)), notReady: atMost(1)},
 		fmt.Sprintf("%d pods; exit statuses of containers that ended during the outage: %d of %d seen, %d lost by containerd with the shim it reaped (255)",
 			len(long)+len(exiting), len(exiting)-len(lost)-len(unknown), len(exiting), len(unknown)))
 }
@@ -231,7 +231,7 @@ func TestRuntimeKilledDuringStarts(t *testing.T) {
 // set up again: its containers run once more, exactly one copy each, and
 // the exit the kill caused is in their status, not lost.
 func TestProcessSandboxesKilledDuringStarts(t *testing.T) {
-	holdHost(t)
+	r := begin(t, "process sandboxes SIGKILLed during container starts")
 	if !isRoot() {
 		t.Skip("the process provider needs root")
 	}
@@ -239,7 +239,7 @@ func TestProcessSandboxesKilledDuringStarts(t *testing.T) {
 	a := startAgent(t, prefix, agentOptions{provider: "process", extra: []string{"--address", "127.0.0.1"}})
 	waitReady(t, time.Minute, a)
 	ns := newNamespace(t, "sandbox")
-	o := observe(t, ns, prefix, nil)
+	r.observe(ns, prefix, nil)
 	out := t.TempDir()
 
 	long := podNames("long", 0, 3)
@@ -330,9 +330,18 @@ func TestProcessSandboxesKilledDuringStarts(t *testing.T) {
 			t.Errorf("pod %s ended but its processes run: %v", n, pids)
 		}
 	}
-	expectNone(t, o, true, false, true, false)
-	report(t, "process sandboxes SIGKILLed during container starts", o.Counters(),
-		fmt.Sprintf("%d sandboxes killed, %d pods; every pod set up again; exit statuses of the ended pods: %d of %d seen", len(sandboxes), len(long)+len(exiting), seen, len(exiting)))
+	// Restarted: each long pod whose container had started, once; one
+	// that was starting as the kill came may be too. An exiting pod never
+	// restarts (its policy is Never).
+	startedLong := 0
+	for _, n := range long {
+		if started[n] {
+			startedLong++
+		}
+	}
+	r.finish(limits{restarted: between(startedLong, len(long))},
+		fmt.Sprintf("%d sandboxes killed, %d pods; every pod set up again; exit statuses of the ended pods: %d of %d seen",
+			len(sandboxes), len(long)+len(exiting), seen, len(exiting)))
 }
 
 // logLinesAbout returns the lines of the log at path that name id (or

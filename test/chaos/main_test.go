@@ -8,8 +8,10 @@
 //
 // The suite runs its own control plane (bin/controlplane up), whose etcd
 // and apiserver it kills, so it never disturbs other tests. Each scenario
-// appends its counters to a report (NODELET_RELIABILITY_REPORT, default
-// .local/reliability.md), which make test prints.
+// holds every counter to a limit (zero, for most) and appends a row to a
+// report (NODELET_RELIABILITY_REPORT, default .local/reliability.md),
+// which make test prints: its counts, its figures, and pass or fail —
+// whatever step failed it.
 package chaos
 
 import (
@@ -119,10 +121,11 @@ func holdHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock)
-	// Registered first, so run last: after the agents' logs, which are
-	// long, the reason of a failure is repeated where CI shows it.
+	// Registered first, so run last but for the row: after the agents'
+	// logs, which are long, the reason of a failure is repeated where CI
+	// shows it.
 	t.Cleanup(func() {
-		if msg, ok := failures.LoadAndDelete(t.Name()); ok && t.Failed() {
+		if msg, ok := failures.Load(t.Name()); ok && t.Failed() {
 			t.Logf("%s failed: %s", t.Name(), msg)
 		}
 	})
@@ -344,25 +347,160 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// observe starts an observer of ns and of the nodes named prefix*, stopped
-// when the test ends.
-func observe(t *testing.T, ns, prefix string, onDelete func(*corev1.Pod)) *fault.Observer {
+// limit is the range a count of a scenario's row must fall in; the zero
+// value allows none.
+type limit struct{ min, max int }
+
+// atMost allows 0 to n; exactly allows n only; between allows lo to hi.
+func atMost(n int) limit       { return limit{0, n} }
+func exactly(n int) limit      { return limit{n, n} }
+func between(lo, hi int) limit { return limit{lo, hi} }
+
+func (l limit) holds(n int) bool { return n >= l.min && n <= l.max }
+
+func (l limit) String() string {
+	switch {
+	case l.min == l.max:
+		return strconv.Itoa(l.min)
+	case l.min == 0:
+		return fmt.Sprintf("at most %d", l.max)
+	default:
+		return fmt.Sprintf("%d to %d", l.min, l.max)
+	}
+}
+
+// cell is a count as the report shows it: with its limit unless that is
+// none at all, in bold when outside it.
+func (l limit) cell(n int) string {
+	s := strconv.Itoa(n)
+	if !l.holds(n) {
+		s = "**" + s + "**"
+	}
+	switch {
+	case l.max == 0:
+		return s
+	case l.min == l.max:
+		return fmt.Sprintf("%s (= %d)", s, l.min)
+	case l.min == 0:
+		return fmt.Sprintf("%s (≤ %d)", s, l.max)
+	default:
+		return fmt.Sprintf("%s (%d–%d)", s, l.min, l.max)
+	}
+}
+
+// limits are what a scenario allows of each count; the zero value allows
+// nothing.
+type limits struct {
+	lost, restarted, regressions, lapses, notReady limit
+}
+
+// row is a scenario's line in the reliability report
+// (NODELET_RELIABILITY_REPORT, default .local/reliability.md): its counts,
+// each against its limit, its figures, and whether the scenario passed.
+type row struct {
+	t        *testing.T
+	scenario string
+	o        *fault.Observer
+	limits   limits
+	counts   fault.Counters
+	figures  string
+	done     bool
+}
+
+// begin starts a scenario: it takes the host (holdHost) and opens the
+// scenario's row, written when the test ends, whatever ends it, with the
+// test's result: a scenario that fails, at any step, has a failed row.
+func begin(t *testing.T, scenario string) *row {
 	t.Helper()
+	r := &row{t: t, scenario: scenario}
+	// Registered before everything else, so run after everything else:
+	// a cleanup that fails the test (a namespace not gone) fails the row.
+	t.Cleanup(r.write)
+	holdHost(t)
+	return r
+}
+
+// observe starts the row's observer of ns and of the nodes named prefix*,
+// stopped when the test ends.
+func (r *row) observe(ns, prefix string, onDelete func(*corev1.Pod)) *fault.Observer {
+	r.t.Helper()
 	o, err := fault.Observe(client, ns, prefix, onDelete)
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Cleanup(o.Stop)
+	r.t.Cleanup(o.Stop)
+	r.o = o
 	return o
 }
 
-// report appends a scenario's line to the reliability report and the
-// test's log.
+// finish ends the scenario: it fails the test for every count outside its
+// limit, with the observer's details, and keeps the counts and figures for
+// the row.
+func (r *row) finish(l limits, figures string) {
+	r.t.Helper()
+	r.limits, r.figures, r.done = l, figures, true
+	if r.o == nil {
+		r.t.Error("the scenario has no observer: its counts are unknown")
+		return
+	}
+	r.counts = r.o.Counters()
+	c := r.counts
+	var bad []string
+	for _, k := range []struct {
+		what string
+		n    int
+		l    limit
+	}{
+		{"pods lost", c.PodsLost, l.lost},
+		{"containers restarted", c.ContainersRestarted, l.restarted},
+		{"status regressions", c.StatusRegressions, l.regressions},
+		{"lease lapses", c.LeaseLapses, l.lapses},
+		{"nodes NotReady", c.NodesNotReady, l.notReady},
+	} {
+		if !k.l.holds(k.n) {
+			bad = append(bad, fmt.Sprintf("%s %d, want %s", k.what, k.n, k.l))
+		}
+	}
+	if len(bad) > 0 {
+		r.t.Errorf("%s\n%s", strings.Join(bad, "; "), strings.Join(head(r.o.Details(), 30), "\n"))
+	}
+}
+
 var reportMu sync.Mutex
 
-func report(t *testing.T, scenario string, c fault.Counters, figures string) {
-	line := fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %s |", scenario, c.PodsLost, c.ContainersRestarted,
-		c.StatusRegressions, c.LeaseLapses, c.NodesNotReady, figures)
+// write appends the row to the report and the test's log; a skipped
+// scenario has none.
+func (r *row) write() {
+	t := r.t
+	if t.Skipped() {
+		return
+	}
+	result, figures := "pass", r.figures
+	if t.Failed() {
+		result = "**fail**"
+	}
+	if !r.done {
+		why := "see the test's log"
+		if msg, ok := failures.LoadAndDelete(t.Name()); ok {
+			why = msg.(string)
+		}
+		figures = "did not finish: " + why
+		if r.o != nil {
+			r.counts = r.o.Counters()
+		}
+	}
+	failures.Delete(t.Name())
+	counts := []string{"–", "–", "–", "–", "–"}
+	if c, l := r.counts, r.limits; r.o != nil {
+		counts = []string{l.lost.cell(c.PodsLost), l.restarted.cell(c.ContainersRestarted), l.regressions.cell(c.StatusRegressions),
+			l.lapses.cell(c.LeaseLapses), l.notReady.cell(c.NodesNotReady)}
+		if !r.done { // limits unknown: the counts as they are
+			counts = []string{strconv.Itoa(c.PodsLost), strconv.Itoa(c.ContainersRestarted), strconv.Itoa(c.StatusRegressions),
+				strconv.Itoa(c.LeaseLapses), strconv.Itoa(c.NodesNotReady)}
+		}
+	}
+	line := fmt.Sprintf("| %s | %s | %s | %s |", r.scenario, result, strings.Join(counts, " | "),
+		strings.ReplaceAll(figures, "\n", " "))
 	t.Log("RELIABILITY " + line)
 	path := os.Getenv("NODELET_RELIABILITY_REPORT")
 	if path == "" {
@@ -381,22 +519,10 @@ func report(t *testing.T, scenario string, c fault.Counters, figures string) {
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.Size() == 0 {
-		fmt.Fprintln(f, "| scenario | pods lost | containers restarted | status regressions | lease lapses | nodes NotReady | figures |")
-		fmt.Fprintln(f, "| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+		fmt.Fprintln(f, "| scenario | result | pods lost | containers restarted | status regressions | lease lapses | nodes NotReady | figures |")
+		fmt.Fprintln(f, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	}
 	fmt.Fprintf(f, "%s %s\n", line, time.Now().UTC().Format("2006-01-02"))
-}
-
-// expectNone fails the test for every counter among the named ones that
-// is not zero, with the observer's details.
-func expectNone(t *testing.T, o *fault.Observer, lost, restarted, regressions, lapses bool) {
-	t.Helper()
-	c := o.Counters()
-	bad := lost && c.PodsLost > 0 || restarted && c.ContainersRestarted > 0 ||
-		regressions && c.StatusRegressions > 0 || lapses && c.LeaseLapses > 0
-	if bad {
-		t.Errorf("%s\n%s", c, strings.Join(head(o.Details(), 30), "\n"))
-	}
 }
 
 // CRI: one containerd and registry for the binary, on first use.

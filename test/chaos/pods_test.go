@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,31 @@ func containerIDs(pods map[string]*corev1.Pod, names ...string) map[string]strin
 		}
 	}
 	return out
+}
+
+// startTimes maps each pod to when its first container started running
+// ("" if it does not run): a sim container's ID is its pod's, and its start
+// time is what tells a container set up anew.
+func startTimes(pods map[string]*corev1.Pod, names ...string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = ""
+		if p := pods[n]; p != nil && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+			out[n] = p.Status.ContainerStatuses[0].State.Running.StartedAt.UTC().Format(time.RFC3339)
+		}
+	}
+	return out
+}
+
+// countIn counts the elements of s that are in of.
+func countIn(s, of []string) int {
+	n := 0
+	for _, x := range s {
+		if slices.Contains(of, x) {
+			n++
+		}
+	}
+	return n
 }
 
 // hostPIDs are the host PIDs of the processes whose command line has tok.

@@ -134,7 +134,12 @@ func TestSimFleetStatefulSet(t *testing.T) {
 		renewed := watch.renewedSince(owned, readyAt)
 		return renewed == len(owned), fmt.Sprintf("%d of %d renewed", renewed, len(owned))
 	})
-	time.Sleep(2 * time.Second) // one more look at every Lease
+	// One more look at every Lease and Node, begun after the renewals:
+	// two rounds ended, the second begun after this point.
+	round := watch.rounds()
+	eventually(t, 30*time.Second, "the watch's next round", func() (bool, string) {
+		return watch.rounds() >= round+2, fmt.Sprintf("%d rounds since", watch.rounds()-round)
+	})
 	oldest, worst := watch.stop()
 	t.Logf("agent 1 replaced in %s; the oldest Lease seen was %s old (%s)", time.Since(deleted).Round(time.Second), oldest.Round(100*time.Millisecond), worst)
 	if oldest >= leaseDuration {
@@ -487,6 +492,7 @@ type leaseWatch struct {
 	notReady map[string]time.Time // since when, while it lasts
 	longest  time.Duration        // the longest a node was seen not Ready
 	longName string
+	looks    int // the rounds that read every Lease and Node
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -521,6 +527,7 @@ func watchLeases(t *testing.T, fleet string, n int) *leaseWatch {
 				}
 				w.mu.Unlock()
 			}
+			leasesRead := err == nil
 			if nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "e2e/fleet=" + fleet}); err == nil {
 				now := time.Now()
 				w.mu.Lock()
@@ -539,6 +546,9 @@ func watchLeases(t *testing.T, fleet string, n int) *leaseWatch {
 						w.longest, w.longName = now.Sub(since), n.Name
 					}
 				}
+				if leasesRead {
+					w.looks++
+				}
 				w.mu.Unlock()
 			}
 			select {
@@ -549,6 +559,13 @@ func watchLeases(t *testing.T, fleet string, n int) *leaseWatch {
 		}
 	}()
 	return w
+}
+
+// rounds is how many rounds have read every Lease and Node.
+func (w *leaseWatch) rounds() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.looks
 }
 
 // renewedSince counts the nodes whose Lease was renewed after since.

@@ -290,7 +290,21 @@ func TestStaticPodProcess(t *testing.T) {
 	})
 	a.stop()
 	a.start()
-	time.Sleep(5 * time.Second) // the restarted agent has read the manifests more than once: a restart would show
+	// The restarted agent has read the manifests at least twice, and run
+	// what it read: a manifest dropped in after the restart runs, and a
+	// second one dropped in once the first runs does too. Had either read
+	// restarted web, it would show by then (its own starts file keeps the
+	// count of starts of web, other and offline).
+	probes := t.TempDir()
+	if err := os.Chmod(probes, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"probe-1", "probe-2"} {
+		write(p+".yaml", staticManifest(p, ns, probes, token(p)))
+		eventually(t, 30*time.Second, "the restarted agent running "+p, func() (bool, string) {
+			return len(pids(token(p))) == 1, fmt.Sprint(pids(token(p)))
+		})
+	}
 	if got := pids(token("v1")); len(got) != 1 || got[0] != pid {
 		t.Fatalf("without the API server: processes %v, want %s still", got, pid)
 	}
