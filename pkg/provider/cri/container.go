@@ -7,8 +7,9 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // containerParams are the inputs of a container's configuration that the
@@ -82,7 +83,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, node nodeSettings, p 
 	}
 	resources, err := containerResources(pod, c, node)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", containerFieldPath(pod, c.Name).Child("resources"), err)
+		return nil, fmt.Errorf("%s: %w", provider.ContainerFieldPath(pod, c.Name).Child("resources"), err)
 	}
 	sc, err := containerSecurityContext(pod, c, containerSecurity{
 		ImageUID:       p.ImageUID,
@@ -185,27 +186,4 @@ func envKeyValues(env []string) []*runtimeapi.KeyValue {
 		kvs = append(kvs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
 	return kvs
-}
-
-// containerFieldPath is the field path of the pod's container named name
-// (spec.initContainers[i], spec.containers[i] or
-// spec.ephemeralContainers[i]), for error messages.
-func containerFieldPath(pod *corev1.Pod, name string) *field.Path {
-	spec := field.NewPath("spec")
-	for i, c := range pod.Spec.InitContainers {
-		if c.Name == name {
-			return spec.Child("initContainers").Index(i)
-		}
-	}
-	for i, c := range pod.Spec.Containers {
-		if c.Name == name {
-			return spec.Child("containers").Index(i)
-		}
-	}
-	for i, c := range pod.Spec.EphemeralContainers {
-		if c.Name == name {
-			return spec.Child("ephemeralContainers").Index(i)
-		}
-	}
-	return spec.Child("containers").Key(name)
 }

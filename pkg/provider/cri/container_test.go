@@ -234,16 +234,3 @@ func TestContainerLogPath(t *testing.T) {
 		t.Errorf("containerLogPath = %q", got)
 	}
 }
-
-func TestContainerFieldPath(t *testing.T) {
-	pod := podWith(corev1.Container{Name: "a"}, corev1.Container{Name: "b"})
-	pod.Spec.InitContainers = []corev1.Container{{Name: "i"}}
-	pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "e"}}}
-	for name, want := range map[string]string{
-		"i": "spec.initContainers[0]", "b": "spec.containers[1]", "e": "spec.ephemeralContainers[0]", "x": "spec.containers[x]",
-	} {
-		if got := containerFieldPath(pod, name).String(); got != want {
-			t.Errorf("containerFieldPath(%q) = %q, want %q", name, got, want)
-		}
-	}
-}

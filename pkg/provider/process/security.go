@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
@@ -72,7 +73,7 @@ type hostUser struct {
 // container cannot have. The error is the container's
 // CreateContainerConfigError.
 func containerSecurity(pod *corev1.Pod, c *corev1.Container, host hostSecurity) (*sandbox.Security, error) {
-	path := containerPath(pod, c.Name).Child("securityContext")
+	path := provider.ContainerFieldPath(pod, c.Name).Child("securityContext")
 	psc := pod.Spec.SecurityContext
 	if psc == nil {
 		psc = &corev1.PodSecurityContext{}
@@ -280,27 +281,6 @@ func appArmorProfile(pod *corev1.Pod, c *corev1.Container, path, podPath *field.
 		return sc.AppArmorProfile, podPath.Child("appArmorProfile")
 	}
 	return nil, nil
-}
-
-// containerPath is the field path of a container of the pod.
-func containerPath(pod *corev1.Pod, name string) *field.Path {
-	spec := field.NewPath("spec")
-	for i, c := range pod.Spec.InitContainers {
-		if c.Name == name {
-			return spec.Child("initContainers").Index(i)
-		}
-	}
-	for i, c := range pod.Spec.EphemeralContainers {
-		if c.Name == name {
-			return spec.Child("ephemeralContainers").Index(i)
-		}
-	}
-	for i, c := range pod.Spec.Containers {
-		if c.Name == name {
-			return spec.Child("containers").Index(i)
-		}
-	}
-	return spec.Child("containers").Key(name)
 }
 
 // asksSecurity tells whether the container's security differs from that
