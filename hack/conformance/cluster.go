@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,7 +85,7 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 
 func (c *cluster) startControlPlane(ctx context.Context) error {
 	cpDir := filepath.Join(c.dir, "controlplane")
-	if _, err := c.daemon("controlplane", filepath.Join(c.bin, "controlplane"), "up", "--dir", cpDir); err != nil {
+	if err := c.daemon("controlplane", filepath.Join(c.bin, "controlplane"), "up", "--dir", cpDir); err != nil {
 		return err
 	}
 	if _, err := waitFile(ctx, filepath.Join(cpDir, "ready"), 5*time.Minute); err != nil {
@@ -106,7 +104,7 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 // containerd that mirrors registry.k8s.io and docker.io to it.
 func (c *cluster) startRuntime(ctx context.Context, images string) error {
 	ready := filepath.Join(c.dir, "registry-addr")
-	if _, err := c.daemon("registry", filepath.Join(c.bin, "images"), "serve", "--dir", images,
+	if err := c.daemon("registry", filepath.Join(c.bin, "images"), "serve", "--dir", images,
 		"--listen", "127.0.0.1:0", "--ready-file", ready); err != nil {
 		return err
 	}
@@ -137,7 +135,7 @@ func (c *cluster) startNode(ctx context.Context, extra []string) error {
 		// runs, and a kubelet's 10-15% free default would make the run's
 		// outcome the machine's fill level.
 		"--eviction-hard=memory.available<100Mi"}, extra...)
-	if _, err := c.daemon("nodelet", filepath.Join(c.bin, "nodelet"), args...); err != nil {
+	if err := c.daemon("nodelet", filepath.Join(c.bin, "nodelet"), args...); err != nil {
 		return err
 	}
 	c.onStop(c.deleteNode)
@@ -213,37 +211,18 @@ func (c *cluster) startAddons(ctx context.Context) error {
 }
 
 // daemon starts a process that runs until the cluster stops, its output
-// in logs/<name>.log. The process gets SIGTERM if this one dies first.
-func (c *cluster) daemon(name, path string, args ...string) (*exec.Cmd, error) {
-	if err := os.MkdirAll(filepath.Join(c.dir, "logs"), 0o755); err != nil {
-		return nil, err
+// in logs/<name>.log.
+func (c *cluster) daemon(name, path string, args ...string) error {
+	dir := filepath.Join(c.dir, "logs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-	log, err := os.Create(c.logPath(name))
+	d, err := clusteraddons.StartDaemon(dir, name, path, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	c.onStop(func() error {
-		defer log.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-			return nil
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-			return fmt.Errorf("%s did not stop within a minute of SIGTERM; killed", name)
-		}
-	})
-	return cmd, nil
+	c.onStop(d.Stop)
+	return nil
 }
 
 func (c *cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }

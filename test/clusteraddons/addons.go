@@ -87,8 +87,8 @@ type Addons struct {
 	opts   Options
 	client kubernetes.Interface
 	lock   *hostLock
-	dns    *daemon
-	proxy  *daemon
+	dns    *Daemon
+	proxy  *Daemon
 	// cleanup undoes kube-proxy's rules; set once kube-proxy has started.
 	cleanup *record
 }
@@ -158,7 +158,7 @@ func (a *Addons) HostIP() string { return a.opts.HostIP }
 func (a *Addons) Stop() error {
 	var errs []error
 	if a.proxy != nil {
-		errs = append(errs, a.proxy.stop())
+		errs = append(errs, a.proxy.Stop())
 		a.proxy = nil
 	}
 	if a.cleanup != nil {
@@ -169,7 +169,7 @@ func (a *Addons) Stop() error {
 		}
 	}
 	if a.dns != nil {
-		errs = append(errs, a.dns.stop())
+		errs = append(errs, a.dns.Stop())
 		a.dns = nil
 		errs = append(errs, a.deleteDNSService())
 	}

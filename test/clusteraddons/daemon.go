@@ -13,9 +13,11 @@ import (
 	"time"
 )
 
-// daemon is an add-on's process, its output in <dir>/<name>.log. It gets
-// SIGTERM if the process that started it dies first.
-type daemon struct {
+// Daemon is a host process that runs as long as the cluster (an add-on,
+// or the control plane and agent of hack/conformance), its output in
+// <dir>/<name>.log. It gets SIGTERM if the process that started it dies
+// first.
+type Daemon struct {
 	name    string
 	cmd     *exec.Cmd
 	log     *os.File
@@ -24,7 +26,8 @@ type daemon struct {
 	err     error         // its exit status, once done is closed
 }
 
-func startDaemon(dir, name, path string, args ...string) (*daemon, error) {
+// StartDaemon starts path with args, its output in <dir>/<name>.log.
+func StartDaemon(dir, name, path string, args ...string) (*Daemon, error) {
 	logPath := filepath.Join(dir, name+".log")
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -37,13 +40,13 @@ func startDaemon(dir, name, path string, args ...string) (*daemon, error) {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	d := &daemon{name: name, cmd: cmd, log: log, logPath: logPath, done: make(chan struct{})}
+	d := &Daemon{name: name, cmd: cmd, log: log, logPath: logPath, done: make(chan struct{})}
 	go func() { d.err = cmd.Wait(); close(d.done) }()
 	return d, nil
 }
 
 // exited says whether the process has ended, and how.
-func (d *daemon) exited() (bool, error) {
+func (d *Daemon) exited() (bool, error) {
 	select {
 	case <-d.done:
 		return true, d.err
@@ -52,8 +55,8 @@ func (d *daemon) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM and waits; after a minute, SIGKILL.
-func (d *daemon) stop() error {
+// Stop sends SIGTERM and waits; after a minute, SIGKILL.
+func (d *Daemon) Stop() error {
 	defer d.log.Close()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -51,7 +51,7 @@ func (a *Addons) startDNS(ctx context.Context) error {
 	if err := os.WriteFile(corefile, []byte(conf), 0o644); err != nil {
 		return err
 	}
-	d, err := startDaemon(a.opts.Dir, "coredns", filepath.Join(a.opts.BinDir, "coredns"), "-conf", corefile)
+	d, err := StartDaemon(a.opts.Dir, "coredns", filepath.Join(a.opts.BinDir, "coredns"), "-conf", corefile)
 	if err != nil {
 		return err
 	}

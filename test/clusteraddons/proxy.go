@@ -66,7 +66,7 @@ func (a *Addons) startProxy(ctx context.Context) error {
 	if a.opts.ClusterCIDR != "" {
 		args = append(args, "--cluster-cidr", a.opts.ClusterCIDR)
 	}
-	d, err := startDaemon(a.opts.Dir, "kube-proxy", kp, args...)
+	d, err := StartDaemon(a.opts.Dir, "kube-proxy", kp, args...)
 	if err != nil {
 		return err
 	}
