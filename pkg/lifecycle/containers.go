@@ -343,6 +343,16 @@ func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c 
 // try again if the container cannot start yet.
 func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) time.Duration {
 	logger := w.logger(ctx).WithValues("container", c.Name)
+	w.mu.Lock()
+	paths := w.volumePaths
+	sb := w.sandbox
+	refused := sb == nil || sb == w.refused
+	w.mu.Unlock()
+	if refused {
+		// Found gone by an earlier start of this step: the next step
+		// replaces it, then starts the container in the new one.
+		return 0
+	}
 	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable()}
 	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
 	if err != nil {
@@ -353,16 +363,6 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	for _, kv := range vars {
 		k, v, _ := strings.Cut(kv, "=")
 		byName[k] = v
-	}
-	w.mu.Lock()
-	paths := w.volumePaths
-	sb := w.sandbox
-	refused := sb == nil || sb == w.refused
-	w.mu.Unlock()
-	if refused {
-		// Found gone by an earlier start of this step: the next step
-		// replaces it, then starts the container in the new one.
-		return 0
 	}
 	mounts, err := hostvolume.ContainerMounts(pod, c, paths, byName)
 	if err != nil {
