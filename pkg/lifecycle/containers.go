@@ -343,6 +343,16 @@ func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c 
 // try again if the container cannot start yet.
 func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) time.Duration {
 	logger := w.logger(ctx).WithValues("container", c.Name)
+	w.mu.Lock()
+	paths := w.volumePaths
+	sb := w.sandbox
+	refused := sb == nil || sb == w.refused
+	w.mu.Unlock()
+	if refused {
+		// Found gone by an earlier start of this step: the next step
+		// replaces it, then starts the container in the new one.
+		return 0
+	}
 	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable()}
 	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
 	if err != nil {
@@ -354,10 +364,6 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		k, v, _ := strings.Cut(kv, "=")
 		byName[k] = v
 	}
-	w.mu.Lock()
-	paths := w.volumePaths
-	sb := w.sandbox
-	w.mu.Unlock()
 	mounts, err := hostvolume.ContainerMounts(pod, c, paths, byName)
 	if err != nil {
 		w.wait(c, "CreateContainerConfigError", err.Error(), true)
@@ -393,24 +399,30 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	cs.image = c.Image
 	w.mu.Unlock()
 	if err := sb.StartContainer(ctx, spec); err != nil {
-		var we *WaitError
-		if errors.As(err, &we) {
+		outcome := startFailure(err, ctx.Err() != nil, sb.Ready)
+		switch outcome {
+		case startWaits:
+			var we *WaitError
+			errors.As(err, &we)
 			w.wait(c, we.Reason, we.Message, we.Warn)
 			return we.Retry
-		}
-		if ctx.Err() != nil {
+		case startInterrupted:
 			return 0 // the agent is stopping: the next one sees what the sandbox did
+		case startSandboxGone:
+			// No attempt was made: the next step, at once, sets up a new
+			// sandbox and starts the container there, its restarts and last
+			// state as they were.
+			logger.Info("The pod sandbox is gone; starting the container in a new one", "err", err)
+			w.refuse(sb)
+			w.kick()
+			return 0
 		}
 		logger.Error(err, "Starting container failed")
 		w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
-		if !sb.Ready() {
+		if outcome == startFailedSandboxDead {
 			// The sandbox is gone (its process died, say with an agent
 			// killed while it started): the next step sets one up anew.
-			w.mu.Lock()
-			if w.sandbox == sb {
-				w.sandbox, w.dead = nil, sb
-			}
-			w.mu.Unlock()
+			w.refuse(sb)
 		}
 		// A runtime that records the failure as an exit wakes the worker;
 		// one that went away during the call (the container may not even
@@ -424,6 +436,54 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		go w.postStart(ctx, c, attempt, h)
 	}
 	return 0
+}
+
+// startOutcome is what a container start that failed calls for.
+type startOutcome int
+
+const (
+	// startWaits: the container cannot start yet (a *WaitError).
+	startWaits startOutcome = iota
+	// startInterrupted: the agent is stopping during the start.
+	startInterrupted
+	// startSandboxGone: the sandbox no longer runs and no attempt was
+	// made (ErrSandboxGone): a new sandbox is set up and the container
+	// started there, no attempt counted.
+	startSandboxGone
+	// startFailed: the attempt failed, recorded as its exit; the restart
+	// policy decides what follows.
+	startFailed
+	// startFailedSandboxDead: the attempt failed and the sandbox is not
+	// ready any more: a new one is set up too.
+	startFailedSandboxDead
+)
+
+// startFailure decides what the error of a container start calls for;
+// stopping tells whether the agent is stopping, ready (asked only when it
+// matters) whether the sandbox still runs.
+func startFailure(err error, stopping bool, ready func() bool) startOutcome {
+	var we *WaitError
+	switch {
+	case errors.As(err, &we):
+		return startWaits
+	case stopping:
+		return startInterrupted
+	case errors.Is(err, ErrSandboxGone):
+		return startSandboxGone
+	case !ready():
+		return startFailedSandboxDead
+	}
+	return startFailed
+}
+
+// refuse marks the pod's sandbox sb as gone: no container starts in it,
+// and the next step replaces it.
+func (w *podWorker) refuse(sb Sandbox) {
+	w.mu.Lock()
+	if w.sandbox == sb {
+		w.refused = sb
+	}
+	w.mu.Unlock()
 }
 
 // expandArgs returns a container's command or args with $(VAR) expanded

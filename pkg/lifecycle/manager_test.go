@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,6 +132,11 @@ type fakeSandbox struct {
 	rt   *fakeRuntime
 	uid  types.UID
 	dead atomic.Bool
+	// dying: the sandbox died but Ready does not tell yet (a process
+	// runtime's sandbox that closed its socket and waits for its
+	// containers to die): container starts are refused with
+	// ErrSandboxGone, no attempt recorded.
+	dying atomic.Bool
 	// readyCalls counts the looks at whether it is ready (Ready calls).
 	readyCalls atomic.Int32
 
@@ -173,6 +179,10 @@ func (s *fakeSandbox) RemoveDeadBefore(_ context.Context, name string, attempt i
 func (s *fakeSandbox) StartContainer(_ context.Context, spec ContainerSpec) error {
 	if s.dead.Load() {
 		return fmt.Errorf("container %s: pod sandbox: not running", spec.Container.Name)
+	}
+	if s.dying.Load() {
+		s.rt.record("refused " + spec.Container.Name)
+		return fmt.Errorf("start container %s: connection refused: %w", spec.Container.Name, ErrSandboxGone)
 	}
 	if s.rt.unreachable.Load() > 0 {
 		s.rt.unreachable.Add(-1)
@@ -540,6 +550,102 @@ func TestSandboxDeathKeepsThePodStatus(t *testing.T) {
 	defer f.mu.Unlock()
 	if ph := f.phases["p"]; ph[len(ph)-1] != corev1.PodRunning || slices.Index(ph, corev1.PodRunning) != len(ph)-1 {
 		t.Errorf("phases published %v: the pod left Running", ph)
+	}
+}
+
+// A sandbox that dies with its containers, its death not yet seen when
+// they exit, refuses the restart that follows (ErrSandboxGone): the
+// restart goes to a new sandbox at once, as the kubelet never starts a
+// container in a dead sandbox, and counts once; the last state stays the
+// exit the sandbox's death caused. The worker once took the refusal for
+// a failed attempt and tried the dead sandbox again and again.
+func TestRestartInDyingSandboxGoesToANewOne(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("p", corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "img"}, {Name: "side", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning && len(s.ContainerStatuses) == 2, string(s.Phase)
+	})
+	old := f.rt.sandbox(pod.UID)
+	old.dying.Store(true)
+	for _, name := range []string{"app", "side"} {
+		if !f.rt.exit(pod.UID, name, 137) {
+			t.Fatalf("container %s was not running", name)
+		}
+	}
+	eventually(t, "both containers running again in a new sandbox", func() (bool, string) {
+		s := f.status("p")
+		running := 0
+		for _, cs := range s.ContainerStatuses {
+			if cs.State.Running != nil && cs.RestartCount == 1 {
+				running++
+			}
+		}
+		return running == 2 && f.rt.sandbox(pod.UID) != old, fmt.Sprintf("%+v %v", s.ContainerStatuses, f.rt.recorded())
+	})
+	for _, cs := range f.status("p").ContainerStatuses {
+		if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 137 {
+			t.Errorf("container %s: last state %+v, want the exit the sandbox's death caused (137)", cs.Name, cs.LastTerminationState)
+		}
+	}
+	refused := 0
+	for _, e := range f.rt.recorded() {
+		if strings.HasPrefix(e, "refused ") {
+			refused++
+		}
+	}
+	if refused > 1 {
+		t.Errorf("runtime calls %v: the dead sandbox was tried %d times, want once at most", f.rt.recorded(), refused)
+	}
+	if n := f.rt.ensured.Load(); n != 2 {
+		t.Errorf("%d sandboxes set up, want 2", n)
+	}
+}
+
+// startFailure tells a sandbox found gone from a failed attempt, and asks
+// whether the sandbox runs only when that decides.
+func TestStartFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		stopping bool
+		ready    bool
+		want     startOutcome
+	}{
+		{"waits", &WaitError{Reason: "ErrImagePull"}, false, true, startWaits},
+		{"waits in a dead sandbox", fmt.Errorf("x: %w", &WaitError{Reason: "ErrImagePull"}), false, false, startWaits},
+		{"agent stopping", errors.New("canceled"), true, false, startInterrupted},
+		{"sandbox gone, not yet seen", fmt.Errorf("start: %w", ErrSandboxGone), false, true, startSandboxGone},
+		{"sandbox gone", fmt.Errorf("start: %w", ErrSandboxGone), false, false, startSandboxGone},
+		{"failed", errors.New("exec: no such file"), false, true, startFailed},
+		{"failed, sandbox dead", errors.New("exec: no such file"), false, false, startFailedSandboxDead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := startFailure(tc.err, tc.stopping, func() bool { return tc.ready }); got != tc.want {
+				t.Errorf("startFailure = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// replaceSandbox replaces a sandbox that does not run, or that a start
+// found gone, unless the pod is done.
+func TestReplaceSandbox(t *testing.T) {
+	for _, tc := range []struct {
+		ready, refused, done, want bool
+	}{
+		{true, false, false, false},
+		{false, false, false, true},
+		{true, true, false, true},
+		{false, true, true, false},
+		{false, false, true, false},
+	} {
+		if got := replaceSandbox(tc.ready, tc.refused, tc.done); got != tc.want {
+			t.Errorf("replaceSandbox(ready %v, refused %v, done %v) = %v, want %v", tc.ready, tc.refused, tc.done, got, tc.want)
+		}
 	}
 }
 

@@ -46,8 +46,10 @@ type Sandbox interface {
 	Previous(name string) (ContainerStatus, bool)
 	// StartContainer creates and starts one attempt of a container. A
 	// *WaitError says the container cannot start yet (an image to pull, a
-	// configuration to fix); any other error is recorded as the attempt's
-	// exit, so the restart policy decides what follows.
+	// configuration to fix); an error wrapping ErrSandboxGone says the
+	// sandbox no longer runs and no attempt was made; any other error is
+	// recorded as the attempt's exit, so the restart policy decides what
+	// follows.
 	StartContainer(ctx context.Context, spec ContainerSpec) error
 	// StopContainer stops the running attempt of a container: SIGTERM,
 	// then SIGKILL once grace has passed.
@@ -180,6 +182,14 @@ type LogOptions struct {
 // ErrResizeUnsupported is returned by Sandbox.UpdateResources of a runtime
 // that cannot change a running container's resources.
 var ErrResizeUnsupported = errors.New("the runtime cannot resize a running container")
+
+// ErrSandboxGone is wrapped by the error of Sandbox.StartContainer when
+// the sandbox turns out not to run any more, though Ready may not tell yet
+// (a sandbox found dying as its containers die with it). The runtime
+// records no attempt: the worker sets up a new sandbox and starts the
+// container there, as the kubelet never starts a container in a dead
+// sandbox.
+var ErrSandboxGone = errors.New("pod sandbox is gone")
 
 // WaitError is a container that cannot start yet: it waits with Reason
 // (for example ErrImagePull or CreateContainerConfigError) and Message, and

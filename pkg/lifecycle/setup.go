@@ -18,13 +18,13 @@ import (
 func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Duration) {
 	w.mu.Lock()
 	paths, sb, retryAt := w.volumePaths, w.sandbox, w.setUpRetryAt
-	// A pod whose containers are done for good is not set up again.
-	died := sb != nil && !sb.Ready() && !w.regularDoneLocked(pod, sb)
+	died := sb != nil && replaceSandbox(sb.Ready(), sb == w.refused, w.regularDoneLocked(pod, sb))
 	if died {
 		// Set up anew, as the kubelet does; until then the dead one's
 		// records are the pod's.
 		w.sandbox, w.dead, sb = nil, sb, nil
 	}
+	w.refused = nil
 	w.mu.Unlock()
 	if died {
 		w.event(corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
@@ -62,6 +62,14 @@ func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Dura
 	}
 	w.mu.Unlock()
 	return true, 0
+}
+
+// replaceSandbox decides whether the pod's sandbox is replaced before any
+// container starts: when it does not run (not ready, or a container start
+// found it gone), unless the pod's containers are done for good, whose
+// sandbox is not set up again, as the kubelet's is not.
+func replaceSandbox(ready, refused, done bool) bool {
+	return (!ready || refused) && !done
 }
 
 // setUpVolumes prepares the pod's volumes: its CSI volumes through the CSI

@@ -107,6 +107,10 @@ type podWorker struct {
 	// dead is the pod's sandbox that died, until one is set up in its
 	// place (which then carries its records: replacement).
 	dead Sandbox
+	// refused is the pod's sandbox when a container start found it gone
+	// (ErrSandboxGone) or dead: the next step replaces it, and no
+	// container starts in it meanwhile.
+	refused Sandbox
 	// final is the terminated pod's status, computed last before its
 	// sandbox was removed: reported as it is once the sandbox is gone.
 	final *corev1.PodStatus

@@ -134,7 +134,14 @@ func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 	for _, m := range spec.Mounts {
 		out.Mounts = append(out.Mounts, sandbox.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
 	}
-	return s.sb.StartContainer(ctx, out)
+	if err := s.sb.StartContainer(ctx, out); err != nil {
+		if errors.Is(err, sandbox.ErrNotRunning) {
+			// No attempt was made: the lifecycle sets up a new sandbox.
+			return fmt.Errorf("%w: %w", lifecycle.ErrSandboxGone, err)
+		}
+		return err
+	}
+	return nil
 }
 
 func (s hostSandbox) StopContainer(ctx context.Context, name string, grace time.Duration) error {

@@ -176,9 +176,16 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 	if err != nil && !isNotExist(err) {
 		return nil, err
 	}
-	if err == nil && processAlive(rec.PID, rec.StartTime) {
+	if err == nil && processRunning(rec.PID, rec.StartTime) {
 		logger.V(2).Info("Adopting running sandbox", "pid", rec.PID)
 		return m.adopt(ctx, dir, rec), nil
+	}
+	if err == nil && rec.PID > 0 {
+		// A sandbox that is exiting takes the pod's processes with it: the
+		// new one starts once they are gone, never beside them.
+		if err := m.waitExit(ctx, rec.PID, rec.StartTime); err != nil {
+			return nil, err
+		}
 	}
 
 	for _, sub := range []string{containersDir, logsDir} {
@@ -211,7 +218,7 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 	defer ready.Close()
 	m.joinSupervisorsCgroup(logger, pid)
 	rec.PID = pid
-	rec.StartTime, _, _ = procStat(pid)
+	rec.StartTime, _, _, _ = procStat(pid)
 	err = writeJSONAtomic(filepath.Join(dir, sandboxFile), rec)
 	if err == nil {
 		_, err = recorded.Write([]byte{1})
@@ -449,16 +456,8 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	if rec.PID > 0 && processAlive(rec.PID, rec.StartTime) {
 		_ = syscall.Kill(rec.PID, syscall.SIGKILL)
 	}
-	deadline := m.opts.Clock.Now().Add(30 * time.Second)
-	for rec.PID > 0 && processAlive(rec.PID, rec.StartTime) {
-		if m.opts.Clock.Now().After(deadline) {
-			return fmt.Errorf("sandbox process %d did not exit", rec.PID)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for sandbox to exit: %w", ctx.Err())
-		case <-m.opts.Clock.After(10 * time.Millisecond):
-		}
+	if err := m.waitExit(ctx, rec.PID, rec.StartTime); err != nil {
+		return err
 	}
 	if s != nil {
 		// Watchers see their shims die; let them finish before the files go.
@@ -491,24 +490,51 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
-// procStat reads a process's start time (clock ticks after boot) and state.
-func procStat(pid int) (start uint64, state byte, err error) {
+// waitExit waits, up to 30 s, until the sandbox process pid that started
+// at start is gone (a zombie is).
+func (m *Manager) waitExit(ctx context.Context, pid int, start uint64) error {
+	deadline := m.opts.Clock.Now().Add(30 * time.Second)
+	for pid > 0 && processAlive(pid, start) {
+		if m.opts.Clock.Now().After(deadline) {
+			return fmt.Errorf("sandbox process %d did not exit", pid)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for sandbox to exit: %w", ctx.Err())
+		case <-m.opts.Clock.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// procStat reads a process's start time (clock ticks after boot), state
+// and kernel flags.
+func procStat(pid int) (start uint64, state byte, flags uint64, err error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	// The command name may hold spaces and parentheses: skip past the last ')'.
 	i := strings.LastIndexByte(string(data), ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("malformed stat of %d", pid)
+		return 0, 0, 0, fmt.Errorf("malformed stat of %d", pid)
 	}
 	fields := strings.Fields(string(data[i+1:]))
 	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("malformed stat of %d", pid)
+		return 0, 0, 0, fmt.Errorf("malformed stat of %d", pid)
+	}
+	if flags, err = strconv.ParseUint(fields[6], 10, 64); err != nil {
+		return 0, 0, 0, fmt.Errorf("malformed stat of %d: flags: %w", pid, err)
 	}
 	start, err = strconv.ParseUint(fields[19], 10, 64)
-	return start, fields[0][0], err
+	return start, fields[0][0], flags, err
 }
+
+// pfExiting is the kernel's flag of a process that is exiting. A killed
+// sandbox, PID 1 of its namespace, closes its socket and then waits for
+// every process of the pod to die before it turns zombie: its containers
+// exit while it still looks alive.
+const pfExiting = 0x4
 
 // processAlive tells whether pid is still the process that started at
 // start and has not exited.
@@ -516,6 +542,16 @@ func processAlive(pid int, start uint64) bool {
 	if pid <= 0 {
 		return false
 	}
-	st, state, err := procStat(pid)
+	st, state, _, err := procStat(pid)
 	return err == nil && st == start && state != 'Z' && state != 'X'
+}
+
+// processRunning tells whether pid is still the process that started at
+// start and is not exiting: one that serves what it served.
+func processRunning(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, state, flags, err := procStat(pid)
+	return err == nil && st == start && state != 'Z' && state != 'X' && flags&pfExiting == 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -230,6 +231,35 @@ func TestStartError(t *testing.T) {
 	}
 	if st, _ := s.Container("badmount"); st.Reason != ReasonStartError {
 		t.Errorf("status = %+v", st)
+	}
+}
+
+// TestStartInSandboxNotServingRecordsNoAttempt: a sandbox that no longer
+// serves its socket though its process still looks alive (killed, PID 1
+// closes its files before it waits for the pod's processes to die) makes
+// a start fail with ErrNotRunning and no attempt recorded: the lifecycle
+// starts the same attempt in a new sandbox. It was once a StartError,
+// an attempt that cost the container a restart.
+func TestStartInSandboxNotServingRecordsNoAttempt(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	sock := filepath.Join(s.dir, sandboxSock)
+	if err := os.Rename(sock, sock+".away"); err != nil {
+		t.Fatal(err)
+	}
+	err := s.StartContainer(e.ctx, ContainerSpec{Name: "main", Args: []string{"sleep", "3600"}})
+	if !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("start in a sandbox not serving: err = %v, want ErrNotRunning", err)
+	}
+	if st, ok := s.Container("main"); ok {
+		t.Fatalf("status after the refused start = %+v, want no attempt", st)
+	}
+	if err := os.Rename(sock+".away", sock); err != nil {
+		t.Fatal(err)
+	}
+	e.start(s, ContainerSpec{Name: "main", Args: []string{"sleep", "3600"}})
+	if st, _ := s.Container("main"); st.Attempt != 0 || st.State != StateRunning {
+		t.Errorf("status = %+v, want attempt 0 running", st)
 	}
 }
 
@@ -714,7 +744,7 @@ func TestSandboxOfAnAgentGoneBeforeRecordingEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ready.Close()
-	start, _, _ := procStat(pid)
+	start, _, _, _ := procStat(pid)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	recorded.Close() // the agent dies without a word
 	eventually(t, 10*time.Second, "the sandbox ended", func() bool { return !processAlive(pid, start) })

@@ -57,8 +57,9 @@ func (s *Sandbox) Spec() SandboxSpec { return s.rec.Spec }
 // started, which runs them as root with every capability.
 func (s *Sandbox) AppliesSecurity() bool { return s.rec.AppliesSecurity }
 
-// Alive tells whether the sandbox process runs.
-func (s *Sandbox) Alive() bool { return processAlive(s.rec.PID, s.rec.StartTime) }
+// Alive tells whether the sandbox process runs: not once it is exiting,
+// as killed it may still wait for its containers to die.
+func (s *Sandbox) Alive() bool { return processRunning(s.rec.PID, s.rec.StartTime) }
 
 func (s *Sandbox) attemptDir(name string, attempt int) string {
 	return filepath.Join(s.dir, containersDir, name, strconv.Itoa(attempt))
@@ -184,6 +185,15 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 		// The next agent finds it running, or finalizes a start that never
 		// happened; recording a failure here would restart a live container.
 		return fmt.Errorf("start container %s: %w", spec.Name, err)
+	}
+	if err != nil && errNoListener(err) {
+		// The sandbox no longer serves its socket: it died, even if its
+		// process has not turned zombie yet. Nothing started; the attempt
+		// is not one.
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			logger.Error(rerr, "Removing the container directory of an attempt that never started failed")
+		}
+		return fmt.Errorf("start container %s: pod sandbox: %w (%w)", spec.Name, ErrNotRunning, err)
 	}
 	if err != nil {
 		s.recordStartError(spec.Name, spec.Attempt, err.Error())
