@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -204,66 +205,53 @@ func TestBusyboxShellKeepsEnvironment(t *testing.T) {
 	}
 }
 
-// silentServer accepts TCP connections on loopback and never answers.
+// silentServer accepts TCP connections on loopback and never answers; it
+// holds each one open until the test ends.
 func silentServer(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-	})
-	return l.Addr().String()
+	return tcpServer(t, func(c net.Conn, closed <-chan struct{}) { <-closed })
 }
 
 // lineServer answers each line a TCP client sends on loopback with "got"
 // and the line.
 func lineServer(t *testing.T) string {
+	return tcpServer(t, func(c net.Conn, _ <-chan struct{}) {
+		c.SetDeadline(time.Now().Add(time.Minute))
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			fmt.Fprintf(c, "got %s\n", sc.Text())
+		}
+	})
+}
+
+// tcpServer accepts TCP connections on loopback until the test ends and
+// serves each with serve in a goroutine of its own; closed is closed when
+// the test ends, and every connection is closed after serve returns.
+func tcpServer(t *testing.T, serve func(c net.Conn, closed <-chan struct{})) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
+	closed := make(chan struct{})
+	var served sync.WaitGroup
+	served.Add(1)
 	go func() {
-		defer close(done)
+		defer served.Done()
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
+			served.Go(func() {
 				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Minute))
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					fmt.Fprintf(c, "got %s\n", sc.Text())
-				}
-			}()
+				serve(c, closed)
+			})
 		}
 	}()
 	t.Cleanup(func() {
 		l.Close()
-		<-done
+		close(closed)
+		served.Wait()
 	})
 	return l.Addr().String()
 }
