@@ -58,7 +58,7 @@ func TestProvenanceLine(t *testing.T) {
 }
 
 // TestWriteResults: a results file has the provenance beside the mode's
-// fields, under the names the README gives.
+// fields, under the names docs/benchmarks.md gives.
 func TestWriteResults(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "results.json")
 	p := provenance{Commit: "abc", TreeClean: true, Date: time.Date(2026, 11, 26, 19, 30, 0, 0, time.UTC).Format(time.RFC3339),

@@ -22,7 +22,7 @@ import (
 
 const (
 	// steadyWritesBudget is the steady-state goal for API writes per node
-	// per minute (nodes, leases, pods and events), the README's.
+	// per minute (nodes, leases, pods and events), docs/reliability.md's.
 	steadyWritesBudget = 6.5
 	// soakRSSTolerance is how far, as a fraction, the agent's RSS may move
 	// after the half-way mark from its value at the mark.

@@ -11,7 +11,7 @@ import (
 
 const header = "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\n"
 
-// readmeExample is the README's example config file, with configTrialDuration.
+// readmeExample is the example config file of docs/configuration.md, with configTrialDuration.
 const readmeExample = header + `nodeName: sim-a
 nodeLabels:
   topology.kubernetes.io/zone: zone-a

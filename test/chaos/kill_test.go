@@ -218,7 +218,7 @@ func TestRuntimeKilledDuringStarts(t *testing.T) {
 		}
 	}
 	// A container whose start the kill cut short is started again (see
-	// the README): at most one restart a pod. The node is NotReady at
+	// docs/reliability.md): at most one restart a pod. The node is NotReady at
 	// most once, while its runtime does not answer.
 	r.finish(limits{restarted: atMost(len(long) + len(exiting)), notReady: atMost(1)},
 		fmt.Sprintf("%d pods; exit statuses of containers that ended during the outage: %d of %d seen, %d lost by containerd with the shim it reaped (255)",

@@ -28,7 +28,7 @@ type Skip struct {
 	// Pattern is a regular expression matched against the spec's full
 	// text (as --ginkgo.skip).
 	Pattern string
-	// Reason says why the spec cannot run here; the README lists it.
+	// Reason says why the spec cannot run here; docs/conformance.md lists it.
 	Reason string
 }
 

@@ -56,7 +56,7 @@ func assignConfig(t *testing.T, node, ns, name string) {
 		return
 	}
 	// Nodes that run with their own identity read remote configs through
-	// a Role bound to them in the config's namespace, as the README says
+	// a Role bound to them in the config's namespace, as docs/operations.md says
 	// (the Node authorizer knows no pod that uses the ConfigMap); its own
 	// name, so that deploy/rbac.yaml's nodelet-config is left as it is.
 	apply(t, ns, `apiVersion: rbac.authorization.k8s.io/v1
