@@ -11,8 +11,8 @@ import (
 
 const header = "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\n"
 
-// readmeExample is the example config file of docs/configuration.md, with configTrialDuration.
-const readmeExample = header + `nodeName: sim-a
+// docsExample is the example config file of docs/configuration.md, with configTrialDuration.
+const docsExample = header + `nodeName: sim-a
 nodeLabels:
   topology.kubernetes.io/zone: zone-a
 registerWithTaints:
@@ -39,7 +39,7 @@ sim:
 `
 
 func TestDecodeValid(t *testing.T) {
-	c, err := Decode([]byte(readmeExample), "test")
+	c, err := Decode([]byte(docsExample), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDecodeValid(t *testing.T) {
 	}
 	SetDefaults(c)
 	if errs := c.Validate(); len(errs) != 0 {
-		t.Errorf("the README example is invalid: %v", errs)
+		t.Errorf("the example of docs/configuration.md is invalid: %v", errs)
 	}
 
 	// JSON is YAML.
