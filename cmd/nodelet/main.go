@@ -19,7 +19,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/internal/app"
+	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
@@ -86,12 +86,8 @@ func run(args []string) error {
 		return err
 	}
 
-	creds, err := app.LoadCredentials(ctx, o.kubeconfig, o.bootstrapKubeconfig, cfg)
-	if err != nil {
-		return err
-	}
-	logger.Info("Starting nodelet", "version", app.Version, "provider", cfg.Provider)
-	err = app.Run(ctx, creds, cfg, remote)
+	logger.Info("Starting nodelet", "version", agent.Version, "provider", cfg.Provider)
+	err = runAgent(ctx, o, cfg, remote)
 	if errors.Is(err, config.ErrRestart) {
 		logger.Info("Restarting nodelet in place to use the newly assigned config")
 		klog.Flush()

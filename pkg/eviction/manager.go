@@ -90,6 +90,10 @@ type Deps struct {
 	// kind to delete.
 	DeleteDeadContainers func(ctx context.Context) error
 	DeleteUnusedImages   func(ctx context.Context) error
+	// Pressure is where the manager sets the node's pressure conditions,
+	// which the node's provider reports and admits pods against (nil: the
+	// manager's own).
+	Pressure *Pressure
 	// NodeConditionsChanged asks for a node status report now; it must not
 	// block.
 	NodeConditionsChanged func()
@@ -114,7 +118,7 @@ type Manager struct {
 	// conditionLastMet is when a threshold raising each condition was
 	// last met; conditions are the conditions reported.
 	conditionLastMet map[corev1.NodeConditionType]time.Time
-	conditions       map[corev1.NodeConditionType]bool
+	pressure         *Pressure
 	last             observations
 	// pending is the last evicted pod, until it has left the active pods.
 	pending *pendingEviction
@@ -149,6 +153,9 @@ func New(deps Deps, opts Options) (*Manager, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if deps.Pressure == nil {
+		deps.Pressure = NewPressure()
+	}
 	return &Manager{
 		deps:             deps,
 		opts:             opts,
@@ -156,7 +163,7 @@ func New(deps Deps, opts Options) (*Manager, error) {
 		firstMet:         map[int]time.Time{},
 		met:              map[int]bool{},
 		conditionLastMet: map[corev1.NodeConditionType]time.Time{},
-		conditions:       map[corev1.NodeConditionType]bool{},
+		pressure:         deps.Pressure,
 		evictions:        map[Signal]int{},
 	}, nil
 }
@@ -221,8 +228,7 @@ func (m *Manager) Synchronize(ctx context.Context) (*corev1.Pod, error) {
 			conditions[c] = true
 		}
 	}
-	changed := !maps.Equal(conditions, m.conditions)
-	m.conditions = conditions
+	changed := m.pressure.set(conditions)
 	met := map[int]bool{}
 	for i, at := range firstMet {
 		if now.Sub(at) >= m.opts.Thresholds[i].GracePeriod {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 // exceedDeadline stops the pod's containers and fails it: it was active
@@ -26,14 +27,8 @@ func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
 	}
 }
 
-// Eviction says how to stop and fail a pod the node evicts: within Grace,
-// with the pod's status reason and message, and conditions added to its
-// status (the kubelet's DisruptionTarget).
-type Eviction struct {
-	Grace           time.Duration
-	Reason, Message string
-	Conditions      []corev1.PodCondition
-}
+// Eviction says how to stop and fail a pod the node evicts.
+type Eviction = provider.Eviction
 
 // evict stops the pod's containers, hooks included, within the eviction's
 // grace period and fails the pod for good.

@@ -85,6 +85,10 @@ type Deps struct {
 	// NodeConditionsChanged asks for the node's status to be reported now.
 	NodeConditionsChanged func()
 	Recorder              record.EventRecorder
+	// State is where the manager marks the node as shutting down, which
+	// the node's provider admits pods and reports readiness by (nil: the
+	// manager's own).
+	State *State
 }
 
 // Options are the manager's settings.
@@ -96,13 +100,49 @@ type Options struct {
 	Clock clock.Clock
 }
 
+// State tells whether a node is shutting down. It is made before the
+// node's provider, which admits pods and reports readiness by it, and set
+// by the Manager built after the provider.
+type State struct {
+	mu           sync.Mutex
+	shuttingDown bool
+}
+
+// ShuttingDown tells whether the node's shutdown has begun.
+func (s *State) ShuttingDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shuttingDown
+}
+
+// begin marks the shutdown as begun and tells whether it already was.
+func (s *State) begin() (again bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	again, s.shuttingDown = s.shuttingDown, true
+	return again
+}
+
+// Admit refuses every pod once the node is shutting down.
+func (s *State) Admit(*corev1.Pod) error {
+	if s.ShuttingDown() {
+		return provider.Reject(RejectedReason, "%s", RejectedMessage)
+	}
+	return nil
+}
+
+// NotReady says why the node is not ready while it shuts down ("" before).
+func (s *State) NotReady() string {
+	if s.ShuttingDown() {
+		return NotReadyMessage
+	}
+	return ""
+}
+
 // Manager runs one node's shutdown.
 type Manager struct {
 	deps Deps
 	opts Options
-
-	mu           sync.Mutex
-	shuttingDown bool
 }
 
 // New returns the node's shutdown manager; it does nothing until Shutdown.
@@ -113,6 +153,9 @@ func New(deps Deps, opts Options) *Manager {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if deps.State == nil {
+		deps.State = &State{}
+	}
 	return &Manager{deps: deps, opts: opts}
 }
 
@@ -120,27 +163,13 @@ func New(deps Deps, opts Options) *Manager {
 func (m *Manager) Enabled() bool { return len(m.opts.Groups) > 0 }
 
 // ShuttingDown tells whether Shutdown was called.
-func (m *Manager) ShuttingDown() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.shuttingDown
-}
+func (m *Manager) ShuttingDown() bool { return m.deps.State.ShuttingDown() }
 
-// Admit refuses every pod once the node is shutting down.
-func (m *Manager) Admit(*corev1.Pod) error {
-	if m.ShuttingDown() {
-		return provider.Reject(RejectedReason, "%s", RejectedMessage)
-	}
-	return nil
-}
+// Admit is the manager's State's Admit.
+func (m *Manager) Admit(pod *corev1.Pod) error { return m.deps.State.Admit(pod) }
 
-// NotReady says why the node is not ready while it shuts down ("" before).
-func (m *Manager) NotReady() string {
-	if m.ShuttingDown() {
-		return NotReadyMessage
-	}
-	return ""
-}
+// NotReady is the manager's State's NotReady.
+func (m *Manager) NotReady() string { return m.deps.State.NotReady() }
 
 // ErrDisabled is returned by Shutdown when no grace period is configured.
 var ErrDisabled = errors.New("graceful node shutdown is not configured (shutdownGracePeriod is 0)")
@@ -163,10 +192,7 @@ func (m *Manager) Shutdown(ctx context.Context, progress func(string)) error {
 			progress(msg)
 		}
 	}
-	m.mu.Lock()
-	again := m.shuttingDown
-	m.shuttingDown = true
-	m.mu.Unlock()
+	again := m.deps.State.begin()
 	if !again && m.deps.NodeConditionsChanged != nil {
 		m.deps.NodeConditionsChanged()
 	}

@@ -98,6 +98,31 @@ func Reject(reason, format string, args ...any) error {
 	return &Rejection{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
+// Eviction says how the node stops and fails one of its pods, for node
+// pressure or the node's shutdown: within Grace (a provider whose pods need
+// none may ignore it), with the pod status's reason and message, and
+// conditions added to its status (the kubelet's DisruptionTarget).
+type Eviction struct {
+	Grace           time.Duration
+	Reason, Message string
+	Conditions      []corev1.PodCondition
+}
+
+// Evicter is implemented by providers whose pods the node itself may stop
+// and fail: node-pressure eviction and graceful node shutdown need it. Evict
+// returns once the stop has begun; a pod that finished or is being deleted
+// is left alone, and one the provider does not run is ErrNotFound.
+type Evicter interface {
+	Evict(pod *corev1.Pod, e Eviction) error
+}
+
+// Runner is implemented by providers that have a loop of their own
+// (supervising a runtime, collecting images): the agent runs it for as long
+// as it runs.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
 // ContainerLogOpts are the options of a container log request.
 type ContainerLogOpts struct {
 	Tail       int

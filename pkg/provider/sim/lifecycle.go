@@ -295,11 +295,12 @@ func (p *Provider) terminateLocked(st *simPod, at time.Time) {
 	p.queueNotify(st.pod)
 }
 
-// Evict fails a running pod at once, as the kubelet fails a pod it evicts:
-// its containers stop, the pod is Failed with reason, message and the
-// conditions given (a DisruptionTarget), and it stays until deleted. A pod
-// that finished or is being deleted is left alone.
-func (p *Provider) Evict(pod *corev1.Pod, reason, message string, conditions []corev1.PodCondition) error {
+// Evict fails a running pod at once (a simulated pod needs no grace), as
+// the kubelet fails a pod it evicts: its containers stop, the pod is Failed
+// with the eviction's reason, message and conditions (a DisruptionTarget),
+// and it stays until deleted. A pod that finished or is being deleted is
+// left alone.
+func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 	now := p.clock.Now()
 	p.mu.Lock()
 	st, ok := p.pods[key(pod.Namespace, pod.Name)]
@@ -315,9 +316,9 @@ func (p *Provider) Evict(pod *corev1.Pod, reason, message string, conditions []c
 	st.step = stepNone
 	setFinished(st.pod, now)
 	s := &st.pod.Status
-	s.Phase, s.Reason, s.Message = corev1.PodFailed, reason, message
+	s.Phase, s.Reason, s.Message = corev1.PodFailed, e.Reason, e.Message
 	t := metav1.NewTime(now)
-	for _, c := range conditions {
+	for _, c := range e.Conditions {
 		setCondition(s, c.Type, c.Status, c.Reason, c.Message, t)
 	}
 	p.finishLocked(st)

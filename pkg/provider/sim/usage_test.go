@@ -143,7 +143,7 @@ func TestEvictAndPressureHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	cond := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"}
-	if err := p.Evict(pod, "Evicted", "The node was low on resource: memory. ", []corev1.PodCondition{cond}); err != nil {
+	if err := p.Evict(pod, provider.Eviction{Reason: "Evicted", Message: "The node was low on resource: memory. ", Conditions: []corev1.PodCondition{cond}}); err != nil {
 		t.Fatal(err)
 	}
 	got := rec.last()

@@ -1,4 +1,4 @@
-package app
+package main
 
 import (
 	"context"
@@ -9,14 +9,36 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 )
+
+// placed is a managed node where the layout puts it.
+type placed struct{ name, podCIDR, address, zone string }
+
+// place lists the nodes of cfg where the layout puts them.
+func place(cfg *config.Config) ([]placed, error) {
+	nodes, err := place(cfg)
+	if err != nil {
+		return nil, err
+	}
+	layout, err := newNodeLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var out []placed
+	for _, n := range nodes.List() {
+		out = append(out, placed{name: n.Name, podCIDR: layout.podCIDR(n.Index), address: layout.address(n.Index), zone: layout.zone(n.Index)})
+	}
+	return out, nil
+}
 
 func TestManagedNodesSingle(t *testing.T) {
 	cfg := config.Default()
 	cfg.NodeName = "n"
-	nodes, err := managedNodes(cfg)
+	nodes, err := place(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +56,7 @@ func TestShardsCoverEveryNodeOnce(t *testing.T) {
 		cfg.NodeName = "sim"
 		cfg.Nodes = total
 		cfg.Shard = string(rune('0'+i)) + "/3"
-		nodes, err := managedNodes(cfg)
+		nodes, err := place(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +86,7 @@ func TestManagedNodesRangeTooSmall(t *testing.T) {
 	cfg.NodeName = "sim"
 	cfg.Nodes = 300
 	cfg.Sim.PodCIDR = "10.1.0.0/16"
-	if _, err := managedNodes(cfg); err == nil {
+	if _, err := place(cfg); err == nil {
 		t.Error("300 nodes of /24 in a /16: want an error")
 	}
 }
@@ -76,7 +98,7 @@ func TestManagedNodeAddresses(t *testing.T) {
 	cfg.NodeName = "sim"
 	cfg.Nodes = 3
 	cfg.Sim.NodeAddresses = "127.0.100.0/30"
-	nodes, err := managedNodes(cfg)
+	nodes, err := place(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +110,7 @@ func TestManagedNodeAddresses(t *testing.T) {
 		t.Errorf("addresses %v, want %v", got, want)
 	}
 	cfg.Nodes = 4
-	if _, err := managedNodes(cfg); err == nil || !strings.Contains(err.Error(), "sim.nodeAddresses") {
+	if _, err := place(cfg); err == nil || !strings.Contains(err.Error(), "sim.nodeAddresses") {
 		t.Errorf("4 nodes in a /30: error %v, want one naming sim.nodeAddresses", err)
 	}
 }
@@ -112,7 +134,7 @@ func TestManagedNodeZones(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()
 			cfg.NodeName, cfg.Nodes, cfg.Sim.Zones = "sim", tt.nodes, tt.zones
-			nodes, err := managedNodes(cfg)
+			nodes, err := place(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +150,7 @@ func TestManagedNodeZones(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.NodeName, cfg.Nodes, cfg.Sim.Zones = "sim", 30, []string{"a", "b", "c"}
-	all, err := managedNodes(cfg)
+	all, err := place(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +161,7 @@ func TestManagedNodeZones(t *testing.T) {
 	got := map[string]string{}
 	for i := range 3 {
 		cfg.Shard = strconv.Itoa(i) + "/3"
-		nodes, err := managedNodes(cfg)
+		nodes, err := place(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,13 +183,23 @@ func TestSimNodeDescription(t *testing.T) {
 	cfg.Sim.PodCIDR, cfg.Sim.NodeAddresses = "10.8.0.0/16", "127.0.50.0/24"
 	cfg.Sim.Zones, cfg.Sim.Region = []string{"zone-a", "zone-b", "zone-c"}, "region-1"
 	cfg.NodeLabels = map[string]string{corev1.LabelInstanceTypeStable: "mine"}
-	managed, err := managedNodes(cfg)
+	nodes, err := managedNodes(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, _, err := simNodes(managed, cfg, nil)
+	layout, err := newNodeLayout(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	newProvider := simProvider(cfg, layout)
+	var built []agent.Provider
+	for _, n := range nodes.List() {
+		p, err := newProvider(&agent.Env{Node: n, Admit: func(*corev1.Pod) error { return nil },
+			NodeConditions: func(*corev1.Node) {}, NotReady: func() string { return "" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		built = append(built, p)
 	}
 	tests := []struct {
 		name, cidr, address, zone string
@@ -179,8 +211,8 @@ func TestSimNodeDescription(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n := built[i].Template.DeepCopy()
-			built[i].Provider.ConfigureNode(context.Background(), n)
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tt.name, Labels: maps.Clone(cfg.NodeLabels)}}
+			built[i].ConfigureNode(context.Background(), n)
 			if n.Name != tt.name || n.Spec.PodCIDR != tt.cidr || !slices.Equal(n.Spec.PodCIDRs, []string{tt.cidr}) ||
 				n.Spec.ProviderID != "nodelet://"+tt.name {
 				t.Errorf("node %s spec %+v, want pod range %s and provider ID nodelet://%s", n.Name, n.Spec, tt.cidr, tt.name)

@@ -1,4 +1,4 @@
-package app
+package agent
 
 import (
 	"context"
@@ -20,13 +20,17 @@ type statsSource struct {
 	byAddress map[netip.Addr]string
 }
 
-// newStatsSource serves the nodes in nodes; addresses are the nodes' own
-// InternalIPs (node → address) where they have one.
-func newStatsSource(host *stats.Host, nodes map[string]provider.PodLifecycleHandler, addresses map[string]string) *statsSource {
-	s := &statsSource{host: host, nodes: nodes, byAddress: map[netip.Addr]string{}}
-	for node, a := range addresses {
-		if ip, err := netip.ParseAddr(a); err == nil {
-			s.byAddress[ip] = node
+// newStatsSource serves the nodes, each at its own InternalIP where
+// WithNodeAddress gives one.
+func (a *Agent) newStatsSource(host *stats.Host, nodes []*managedNode) *statsSource {
+	s := &statsSource{host: host, nodes: make(map[string]provider.PodLifecycleHandler, len(nodes)), byAddress: map[netip.Addr]string{}}
+	for _, n := range nodes {
+		s.nodes[n.info.Name] = n.provider
+		if a.s.addresses == nil {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.s.addresses(n.info)); err == nil {
+			s.byAddress[ip] = n.info.Name
 		}
 	}
 	return s

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pkg/agent"
+	"github.com/nodelet/nodelet/pkg/config"
+)
+
+// runAgent runs the agent cfg describes until ctx is done, after setting
+// the Go runtime's garbage collector as cfg says (goMemoryLimit,
+// goGCPercent) where GOMEMLIMIT and GOGC are not set.
+func runAgent(ctx context.Context, o options, cfg *config.Config, remote *config.Controller) error {
+	if kv := goRuntimeTuningOf(cfg, os.Getenv).apply(); len(kv) > 0 {
+		klog.FromContext(ctx).Info("Tuned the Go garbage collector", kv...)
+	}
+	a, err := newAgent(o, cfg, remote)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// newAgent builds the agent cfg describes: its nodes, the provider of
+// each, and every option the config sets.
+func newAgent(o options, cfg *config.Config, remote *config.Controller) (*agent.Agent, error) {
+	nodes, err := managedNodes(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if nodes.Len() == 0 {
+		return nil, fmt.Errorf("shard %s of %d nodes holds no node", cfg.Shard, cfg.Nodes)
+	}
+	layout, err := newNodeLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := agentOptions(o, cfg, layout)
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		opts = append(opts, agent.WithRemoteConfig(remote))
+	}
+	return agent.New(nodes, providerFunc(cfg, layout), opts...)
+}
+
+// agentOptions turns the config and the command line's credentials into
+// the agent's options.
+func agentOptions(o options, cfg *config.Config, layout *nodeLayout) ([]agent.Option, error) {
+	opts := []agent.Option{
+		agent.WithRootDir(cfg.RootDir),
+		agent.WithVersion(agent.Version),
+		agent.WithClientLimits(cfg.KubeAPIQPS, int(cfg.KubeAPIBurst)),
+		agent.WithContentType(cfg.ContentType),
+		agent.WithNodeOptions(agent.NodeOptions{
+			Labels:               cfg.NodeLabels,
+			Taints:               cfg.RegisterWithTaints,
+			LeaseDuration:        time.Duration(cfg.NodeLeaseDurationSeconds) * time.Second,
+			StatusReportInterval: cfg.NodeStatusReportFrequency.Duration,
+			PingInterval:         cfg.PingInterval.Duration,
+		}),
+		agent.WithPodOptions(agent.PodOptions{Workers: int(cfg.PodWorkers), StatusPollInterval: cfg.PodStatusPollInterval.Duration}),
+		agent.WithEviction(agent.EvictionOptions{
+			Hard: cfg.EvictionHard, Soft: cfg.EvictionSoft,
+			SoftGracePeriod: cfg.EvictionSoftGracePeriod, MinimumReclaim: cfg.EvictionMinimumReclaim,
+			PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod.Duration,
+			MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
+		}),
+	}
+	if o.kubeconfig != "" {
+		opts = append(opts, agent.WithKubeconfig(o.kubeconfig))
+	}
+	if o.bootstrapKubeconfig != "" {
+		opts = append(opts, agent.WithBootstrap(o.bootstrapKubeconfig))
+	}
+	if cfg.Sim.NodeAddresses != "" {
+		opts = append(opts, agent.WithNodeAddress(func(n agent.NodeInfo) string { return layout.address(n.Index) }))
+	}
+	if cfg.ServerEnabled() {
+		opts = append(opts, agent.WithServer(serverOptions(cfg)))
+	}
+	if cfg.RunsHostPods() {
+		opts = append(opts, agent.WithShutdown(shutdownOptions(cfg)))
+	}
+	if cfg.StaticPodPath != "" || cfg.StaticPodURL != "" {
+		opts = append(opts, agent.WithStaticPods(agent.StaticPodOptions{
+			ManifestDir: cfg.StaticPodPath, FileCheckFrequency: cfg.FileCheckFrequency.Duration,
+			URL: cfg.StaticPodURL, HTTPCheckFrequency: cfg.HTTPCheckFrequency.Duration,
+		}))
+	}
+	if cfg.AttachDetachEnabled() {
+		ad := cfg.AttachDetach
+		opts = append(opts, agent.WithAttachDetach(agent.AttachDetachOptions{
+			Attacher: ad.Attacher, SimLatency: ad.SimLatency.Duration, SimFailureRate: ad.SimFailureRate,
+			ReconcilerLoopPeriod: ad.ReconcilerLoopPeriod.Duration, MaxWaitForUnmount: ad.MaxWaitForUnmount.Duration,
+			ReconcilerSyncPeriod: ad.ReconcilerSyncPeriod.Duration,
+		}))
+	}
+	if cfg.HealthzPort > 0 {
+		opts = append(opts, agent.WithHealthz(net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(int(cfg.HealthzPort)))))
+	}
+	return opts, nil
+}
+
+// serverOptions are the kubelet API server's settings from the config.
+func serverOptions(cfg *config.Config) agent.ServerOptions {
+	return agent.ServerOptions{
+		Port:                  cfg.Port,
+		NodeName:              cfg.NodeName,
+		Hosts:                 []string{cfg.NodeName, cfg.Address},
+		TLSCertFile:           cfg.TLSCertFile,
+		TLSPrivateKeyFile:     cfg.TLSPrivateKeyFile,
+		TLSBootstrap:          cfg.ServerTLSBootstrap,
+		CertDir:               filepath.Join(cfg.RootDir, "pki"),
+		ClientCAFile:          cfg.Authentication.X509.ClientCAFile,
+		WebhookAuthentication: ptr.To(ptr.Deref(cfg.Authentication.Webhook.Enabled, true)),
+		Profiling:             ptr.Deref(cfg.EnableProfilingHandler, true),
+	}
+}
+
+// shutdownOptions are graceful shutdown's settings from the config.
+func shutdownOptions(cfg *config.Config) agent.ShutdownOptions {
+	o := agent.ShutdownOptions{GracePeriod: cfg.ShutdownGracePeriod.Duration, CriticalPodsGracePeriod: cfg.ShutdownGracePeriodCriticalPods.Duration}
+	for _, g := range cfg.ShutdownGracePeriodByPodPriority {
+		o.ByPodPriority = append(o.ByPodPriority, agent.PriorityGracePeriod{
+			Priority: g.Priority, GracePeriod: time.Duration(g.ShutdownGracePeriodSeconds) * time.Second,
+		})
+	}
+	return o
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pkg/agent"
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/provider/sim"
+)
+
+// providerFunc makes the provider of each node as cfg.Provider says: the
+// one place that knows which providers there are.
+func providerFunc(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
+	if cfg.RunsHostPods() {
+		return hostProvider(cfg)
+	}
+	return simProvider(cfg, layout)
+}
+
+// simProvider makes a sim provider for each node, placed by layout; its
+// pods wait for the attach of their volumes when the agent attaches them.
+func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
+	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
+	for _, c := range cfg.Sim.NodeConditions {
+		conditions = append(conditions, sim.NodeCondition{
+			Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
+			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
+		})
+	}
+	return func(env *agent.Env) (agent.Provider, error) {
+		name, i := env.Node.Name, env.Node.Index
+		seed := fnv.New64a()
+		seed.Write([]byte(name)) // each node draws its own jitter, the same on every run
+		address := cfg.Address
+		if a := layout.address(i); a != "" {
+			address = a
+		}
+		opts := sim.Options{
+			NodeName:       name,
+			PodCIDR:        layout.podCIDR(i),
+			Address:        address,
+			Zone:           layout.zone(i),
+			Region:         cfg.Sim.Region,
+			InstanceType:   cfg.Sim.InstanceType,
+			Port:           cfg.Port,
+			StartDelay:     cfg.Sim.StartDelay.Duration,
+			StartJitter:    cfg.Sim.StartJitter.Duration,
+			DeleteDelay:    cfg.Sim.DeleteDelay.Duration,
+			DeleteJitter:   cfg.Sim.DeleteJitter.Duration,
+			CompleteRatio:  cfg.Sim.CompleteRatio,
+			FailRatio:      cfg.Sim.FailRatio,
+			RunDuration:    cfg.Sim.RunDuration.Duration,
+			RunJitter:      cfg.Sim.RunJitter.Duration,
+			NodeConditions: conditions,
+			Seed:           seed.Sum64(),
+			Capacity:       cfg.Sim.Capacity,
+			Version:        env.Version,
+			PingErrorFile:  filepath.Join(cfg.RootDir, "sim", name, "ping-error"),
+			Usage: sim.Usage{
+				CPURequestRatio:    ptr.Deref(cfg.Sim.Usage.CPURequestRatio, 0.5),
+				MemoryRequestRatio: ptr.Deref(cfg.Sim.Usage.MemoryRequestRatio, 0.5),
+				Noise:              cfg.Sim.Usage.Noise,
+			},
+			Pressure: env.NodeConditions,
+			Admit:    env.Admit,
+		}
+		if env.Volumes != nil {
+			opts.Volumes = env.Volumes
+		}
+		p, err := sim.New(opts)
+		if err != nil {
+			return nil, fmt.Errorf("sim provider: %w", err)
+		}
+		return p, nil
+	}
+}

@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/server"
+)
+
+// kubeletServer builds the kubelet API server of the agent's nodes when
+// WithServer asks (nil otherwise), with the metrics registries and the
+// nodes' stats.
+func (a *Agent) kubeletServer(p *parts, pods map[string]provider.PodLifecycleHandler) (*server.Server, error) {
+	if a.s.server == nil {
+		return nil, nil
+	}
+	opts := *a.s.server
+	if opts.NodeName == "" {
+		opts.NodeName = a.nodes.nodes[0].Name
+	}
+	opts.Metrics = promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{})
+	opts.ProbeMetrics = promhttp.HandlerFor(p.probes, promhttp.HandlerOpts{})
+	opts.Stats, opts.Addresses = p.stats, p.stats
+	var backend server.Backend = &multiNodeBackend{pods: pods}
+	if len(pods) == 1 {
+		for _, p := range pods {
+			backend = p // its optional parts (logs, exec, …) are found on it directly
+		}
+	}
+	srv, err := server.New(p.client, backend, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.loops["kubelet API server"] = srv.Run
+	return srv, nil
+}
+
+// multiNodeBackend serves the pods of several nodes: /pods lists them all,
+// and each request about a pod is authorized against its node.
+type multiNodeBackend struct {
+	pods map[string]provider.PodLifecycleHandler
+}
+
+func (b *multiNodeBackend) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for name, p := range b.pods {
+		pods, err := p.GetPods(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("pods of node %s: %w", name, err)
+		}
+		out = append(out, pods...)
+	}
+	return out, nil
+}
+
+func (b *multiNodeBackend) NodeForPod(namespace, name string) (string, bool) {
+	for node, p := range b.pods {
+		if _, err := p.GetPod(context.Background(), namespace, name); err == nil {
+			return node, true
+		}
+	}
+	return "", false
+}
