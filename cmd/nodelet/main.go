@@ -19,6 +19,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/internal/app"
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
@@ -87,7 +88,7 @@ func run(args []string) error {
 	}
 
 	logger.Info("Starting nodelet", "version", agent.Version, "provider", cfg.Provider)
-	err = runAgent(ctx, o, cfg, remote)
+	err = app.Run(ctx, app.Credentials{Kubeconfig: o.kubeconfig, BootstrapKubeconfig: o.bootstrapKubeconfig}, cfg, remote)
 	if errors.Is(err, config.ErrRestart) {
 		logger.Info("Restarting nodelet in place to use the newly assigned config")
 		klog.Flush()

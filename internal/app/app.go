@@ -1,4 +1,8 @@
-package main
+// Package app turns nodelet's configuration into an agent of package
+// agent: the nodes, the constructor of each node's provider (the one place
+// that knows nodelet's three providers) and the agent's options. It holds
+// no loop and does no wiring of its own.
+package app
 
 import (
 	"context"
@@ -16,23 +20,31 @@ import (
 	"github.com/nodelet/nodelet/pkg/config"
 )
 
-// runAgent runs the agent cfg describes until ctx is done, after setting
-// the Go runtime's garbage collector as cfg says (goMemoryLimit,
-// goGCPercent) where GOMEMLIMIT and GOGC are not set.
-func runAgent(ctx context.Context, o options, cfg *config.Config, remote *config.Controller) error {
+// Credentials are the command line's way to the API server: a kubeconfig
+// (empty: the pod's service account), and with TLS bootstrap the bootstrap
+// kubeconfig (Kubeconfig is then where the node's is written).
+type Credentials struct {
+	Kubeconfig, BootstrapKubeconfig string
+}
+
+// Run runs the agent cfg describes until ctx is done, after setting the Go
+// runtime's garbage collector as cfg says (goMemoryLimit, goGCPercent)
+// where GOMEMLIMIT and GOGC are not set. remote, when not nil, is the
+// config controller that bootstrapped cfg.
+func Run(ctx context.Context, o Credentials, cfg *config.Config, remote *config.Controller) error {
 	if kv := goRuntimeTuningOf(cfg, os.Getenv).apply(); len(kv) > 0 {
 		klog.FromContext(ctx).Info("Tuned the Go garbage collector", kv...)
 	}
-	a, err := newAgent(o, cfg, remote)
+	a, err := New(o, cfg, remote)
 	if err != nil {
 		return err
 	}
 	return a.Run(ctx)
 }
 
-// newAgent builds the agent cfg describes: its nodes, the provider of
-// each, and every option the config sets.
-func newAgent(o options, cfg *config.Config, remote *config.Controller) (*agent.Agent, error) {
+// New builds the agent cfg describes: its nodes, the provider of each,
+// and every option the config sets. It does no I/O.
+func New(o Credentials, cfg *config.Config, remote *config.Controller) (*agent.Agent, error) {
 	nodes, err := managedNodes(cfg)
 	if err != nil {
 		return nil, err
@@ -54,9 +66,19 @@ func newAgent(o options, cfg *config.Config, remote *config.Controller) (*agent.
 	return agent.New(nodes, providerFunc(cfg, layout), opts...)
 }
 
+// NewProvider is the constructor of the providers cfg asks for, as New
+// gives it to the agent.
+func NewProvider(cfg *config.Config) (agent.NewProviderFunc, error) {
+	layout, err := newNodeLayout(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return providerFunc(cfg, layout), nil
+}
+
 // agentOptions turns the config and the command line's credentials into
 // the agent's options.
-func agentOptions(o options, cfg *config.Config, layout *nodeLayout) ([]agent.Option, error) {
+func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agent.Option, error) {
 	opts := []agent.Option{
 		agent.WithRootDir(cfg.RootDir),
 		agent.WithVersion(agent.Version),
@@ -77,11 +99,11 @@ func agentOptions(o options, cfg *config.Config, layout *nodeLayout) ([]agent.Op
 			MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
 		}),
 	}
-	if o.kubeconfig != "" {
-		opts = append(opts, agent.WithKubeconfig(o.kubeconfig))
+	if o.Kubeconfig != "" {
+		opts = append(opts, agent.WithKubeconfig(o.Kubeconfig))
 	}
-	if o.bootstrapKubeconfig != "" {
-		opts = append(opts, agent.WithBootstrap(o.bootstrapKubeconfig))
+	if o.BootstrapKubeconfig != "" {
+		opts = append(opts, agent.WithBootstrap(o.BootstrapKubeconfig))
 	}
 	if cfg.Sim.NodeAddresses != "" {
 		opts = append(opts, agent.WithNodeAddress(func(n agent.NodeInfo) string { return layout.address(n.Index) }))
