@@ -20,7 +20,7 @@ func FuzzDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	for _, seed := range []string{
-		readmeExample,
+		docsExample,
 		string(out),
 		header + "nodeName: a\n",
 		header + "nodeName: a\nprovider: process\nenableServer: true\nport: 10250\nsystemReserved:\n  cpu: 500m\n",
