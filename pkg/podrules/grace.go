@@ -8,7 +8,7 @@ import (
 
 // DefaultGracePeriod is the grace period of a pod that names none: the API
 // server's default of spec.terminationGracePeriodSeconds.
-const DefaultGracePeriod = 30 * time.Second
+const DefaultGracePeriod = corev1.DefaultTerminationGracePeriodSeconds * time.Second
 
 // GracePeriod is how long a deleted pod's containers get between SIGTERM
 // and SIGKILL: the deletion's (metadata.deletionGracePeriodSeconds), else
