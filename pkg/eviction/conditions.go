@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/hostnode"
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -92,7 +93,7 @@ func (p *Pressure) Admit(pod *corev1.Pod) error {
 		return nil
 	}
 	if len(conds) == 1 && conds[0] == corev1.NodeMemoryPressure {
-		if provider.QOSClass(pod) != corev1.PodQOSBestEffort {
+		if podrules.QOSClass(pod) != corev1.PodQOSBestEffort {
 			return nil
 		}
 		for i := range pod.Spec.Tolerations {

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // Priorities and annotations that make a pod critical, as the kubelet reads
@@ -102,7 +102,7 @@ func cmpTrueFirst(a, b bool) int {
 func usage(s Signal, pod *corev1.Pod, ps *statsv1alpha1.PodStats) (used, requested int64) {
 	switch signalInfo[s].resource {
 	case corev1.ResourceMemory:
-		return memoryUsage(ps), provider.PodRequests(pod).MemoryBytes
+		return memoryUsage(ps), podrules.PodRequests(pod).MemoryBytes
 	case corev1.ResourceEphemeralStorage:
 		return diskUsage(pod, ps, false), ephemeralStorageRequest(pod)
 	case resourceInodes:
@@ -128,7 +128,7 @@ func ephemeralStorageRequest(pod *corev1.Pod) int64 {
 	}
 	for _, c := range pod.Spec.InitContainers {
 		r := get(c.Resources.Requests)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		if podrules.IsSidecar(&c) {
 			sum += r
 			sidecars += r
 			initMax = max(initMax, sidecars)

@@ -13,6 +13,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // step acts on the pod: set-up, active deadline, init containers in order,
@@ -55,7 +56,7 @@ func (w *podWorker) step(ctx context.Context) time.Duration {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		st, ok := w.sandbox.Container(c.Name)
-		if isSidecar(c) {
+		if podrules.IsSidecar(c) {
 			// A sidecar lets the next container start once it has started
 			// (its startup probe passed), and runs as long as the app
 			// containers do; it is restarted whatever the pod's policy.
@@ -256,12 +257,6 @@ func targetContainer(pod *corev1.Pod, name string) string {
 		}
 	}
 	return ""
-}
-
-// isSidecar tells whether an init container is a restartable one (a
-// native sidecar).
-func isSidecar(c *corev1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 }
 
 // regularDoneLocked tells whether every app container has exited and will

@@ -36,6 +36,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -349,27 +350,27 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 		return nil
 	}
-	var used provider.Requests
+	var used podrules.Requests
 	count := 0
 	for _, w := range m.pods {
 		if !w.finished() {
-			used.Add(provider.PodRequests(w.spec()))
+			used.Add(podrules.PodRequests(w.spec()))
 			count++
 		}
 	}
-	if err := provider.AdmitOS(pod); err != nil {
-		return err
+	if r := podrules.AdmitOS(pod); r != nil {
+		return provider.Reject(r.Reason, "%s", r.Message)
 	}
-	if err := provider.AdmitSysctls(pod, m.opts.AllowedUnsafeSysctls); err != nil {
-		return err
+	if r := podrules.AdmitSysctls(pod, m.opts.AllowedUnsafeSysctls); r != nil {
+		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	if m.opts.Admit != nil {
 		if err := m.opts.Admit(pod); err != nil {
 			return err
 		}
 	}
-	if err := provider.Admit(m.opts.Allocatable(), provider.PodRequests(pod), used, count); err != nil {
-		return err
+	if r := podrules.Admit(m.opts.Allocatable(), podrules.PodRequests(pod), used, count); r != nil {
+		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	w := newPodWorker(m.deps, m, pod, m.clock.Now())
 	if err := m.states.save(w.state()); err != nil {
@@ -410,15 +411,10 @@ func (m *Manager) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // gracePeriod is how long a deleted pod's containers get between SIGTERM
-// and SIGKILL.
+// and SIGKILL: the pod's, else the API server's default.
 func gracePeriod(pod *corev1.Pod) time.Duration {
-	switch {
-	case pod.DeletionGracePeriodSeconds != nil:
-		return time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-	case pod.Spec.TerminationGracePeriodSeconds != nil:
-		return time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
-	}
-	return 30 * time.Second
+	grace, _ := podrules.GracePeriod(pod)
+	return grace
 }
 
 // GetPod returns the pod with its current status.

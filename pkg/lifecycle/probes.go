@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // syncProbes runs the container's probes for its running attempt and
@@ -97,10 +98,7 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 		w.event(corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", probeTitle(kind), strings.TrimSpace(msg))
 	}
 	if kill {
-		grace := gracePeriod(w.spec())
-		if p.TerminationGracePeriodSeconds != nil {
-			grace = time.Duration(*p.TerminationGracePeriodSeconds) * time.Second
-		}
+		grace := podrules.ProbeGracePeriod(w.spec(), p)
 		w.event(corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, kind)
 		if sb := w.currentSandbox(); sb != nil {
 			go func() {

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // A pod's status is computed, every time, from a view of its containers:
@@ -125,7 +125,7 @@ func podStatus(v *podView) corev1.PodStatus {
 	now := metav1.Now()
 	s := corev1.PodStatus{
 		HostIP:             v.hostIP,
-		QOSClass:           provider.QOSClass(pod),
+		QOSClass:           podrules.QOSClass(pod),
 		ObservedGeneration: pod.Generation,
 	}
 	if v.hostIP != "" {

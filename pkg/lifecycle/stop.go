@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -60,7 +61,7 @@ func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool
 	var first []*corev1.Container
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers, ephemeralContainers(pod)} {
 		for i := range list {
-			if !isSidecar(&list[i]) {
+			if !podrules.IsSidecar(&list[i]) {
 				first = append(first, &list[i])
 			}
 		}
@@ -82,7 +83,7 @@ func (w *podWorker) stopSidecars(ctx context.Context, grace time.Duration) {
 
 func (w *podWorker) stopSidecarsBy(ctx context.Context, sb Sandbox, pod *corev1.Pod, deadline time.Time, hooks bool) {
 	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
-		if c := &pod.Spec.InitContainers[i]; isSidecar(c) {
+		if c := &pod.Spec.InitContainers[i]; podrules.IsSidecar(c) {
 			w.stopContainers(ctx, sb, []*corev1.Container{c}, deadline, hooks)
 		}
 	}

@@ -15,16 +15,12 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 var metav1Zero metav1.Time
 
-// Crash-loop back-off, as the kubelet's: 10 s doubling to 5 min, back to
-// 10 s after a run of 10 min.
 const (
-	initialBackOff = 10 * time.Second
-	maxBackOff     = 5 * time.Minute
-	backOffReset   = 10 * time.Minute
 	// retryAfter is how soon a failed set-up (volumes, sandbox,
 	// configuration) is tried again.
 	retryAfter = 5 * time.Second
@@ -37,19 +33,13 @@ const (
 )
 
 // backOff is the wait before the restart of a container that exited after
-// the run st, its attempt-th restart; the back-off counts the attempts since
-// the from-th, when the container's spec last changed. As the kubelet's, the
-// first exit since then, or after a long run, restarts at once; the next
-// waits initialBackOff, doubling each time up to maxBackOff.
+// the run st, its attempt-th restart: the kubelet's crash-loop back-off
+// (podrules.RestartBackOff), counting the attempts since the from-th, when
+// the container's spec last changed. The first exit since then, or after a
+// long run, restarts at once; the next waits 10 s, doubling each time up to
+// 5 min.
 func backOff(st *ContainerStatus, from int) time.Duration {
-	if st.Attempt <= from || st.FinishedAt.Sub(st.StartedAt) >= backOffReset {
-		return 0
-	}
-	d := initialBackOff
-	for i := from + 1; i < st.Attempt && d < maxBackOff; i++ {
-		d *= 2
-	}
-	return min(d, maxBackOff)
+	return podrules.RestartBackOff(st.Attempt-from, st.FinishedAt.Sub(st.StartedAt))
 }
 
 // workerDeps are the parts every pod worker of a node shares.
@@ -374,7 +364,7 @@ func (w *podWorker) viewLocked() *podView {
 	}
 	appsDone := w.regularDoneLocked(w.pod, records)
 	view := func(c *corev1.Container, init bool) containerView {
-		cv := containerView{spec: c, sidecar: init && isSidecar(c)}
+		cv := containerView{spec: c, sidecar: init && podrules.IsSidecar(c)}
 		cs := w.containerLocked(c.Name)
 		cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
 		// A terminating pod's containers are not ready, as the kubelet
@@ -444,7 +434,7 @@ func (w *podWorker) lost(name string, st ContainerStatus) bool {
 // under the pod's restart policy. An init container that succeeded never
 // runs again; a sidecar always does (until the app containers are done).
 func restarts(pod *corev1.Pod, c *corev1.Container, init bool, code int) bool {
-	if init && isSidecar(c) {
+	if init && podrules.IsSidecar(c) {
 		return true
 	}
 	if init && code == 0 {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -204,7 +205,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			n.NotifyPods(ctx, func(pod *corev1.Pod) {
 				logger.V(4).Info("Provider reported a status", "pod", klog.KObj(pod), "phase", pod.Status.Phase)
 				key := pod.Namespace + "/" + pod.Name
-				if !provider.IsStaticPod(pod) && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+				if !podrules.IsStaticPod(pod) && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
 					c.finals.Store(key, pod)
 				}
 				c.queue.Add(key)

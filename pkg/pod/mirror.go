@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -33,5 +34,5 @@ func (c *Controller) syncMirror(ctx context.Context, rec *podRecord, p provider.
 // mirrorStatusWanted tells whether the status of the provider's pod static
 // is to be written to the API's mirror pod.
 func mirrorStatusWanted(mirror, static *corev1.Pod) bool {
-	return mirror.DeletionTimestamp == nil && provider.IsStaticPod(static) && provider.IsMirrorOf(mirror, static)
+	return mirror.DeletionTimestamp == nil && podrules.IsStaticPod(static) && podrules.IsMirrorOf(mirror, static)
 }

@@ -8,20 +8,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // static makes p a static pod of hash h, as the provider runs it.
 func static(h string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
-		p.Annotations = map[string]string{provider.ConfigSourceAnnotation: "file", provider.ConfigHashAnnotation: h}
+		p.Annotations = map[string]string{podrules.ConfigSourceAnnotation: "file", podrules.ConfigHashAnnotation: h}
 	}
 }
 
 // mirror makes p the mirror pod of the static pod of hash h.
 func mirror(h string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
-		p.Annotations = map[string]string{provider.ConfigSourceAnnotation: "file", provider.ConfigHashAnnotation: h, provider.ConfigMirrorAnnotation: h}
+		p.Annotations = map[string]string{podrules.ConfigSourceAnnotation: "file", podrules.ConfigHashAnnotation: h, podrules.ConfigMirrorAnnotation: h}
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 var metav1GetOptions = metav1.GetOptions{}
@@ -55,7 +55,7 @@ func decideLostPod(pod *corev1.Pod, canRestore bool) lostAction {
 		return finishDel
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nothing
-	case !provider.PodStarted(pod):
+	case !podrules.PodStarted(pod):
 		return createPod
 	case canRestore:
 		return restorePod
@@ -79,7 +79,7 @@ func (c *Controller) reconcileStartup(ctx context.Context) error {
 		}
 		for _, provPod := range pods {
 			key := provPod.Namespace + "/" + provPod.Name
-			if provider.IsStaticPod(provPod) {
+			if podrules.IsStaticPod(provPod) {
 				// Not the API's: only its mirror pod's status is ours.
 				c.queue.Add(key)
 				continue

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // ownedConditions are the pod conditions the node agent is responsible for.
@@ -144,7 +146,7 @@ func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.P
 	// Restartable init containers (sidecars) count as the containers do.
 	sidecars := map[string]bool{}
 	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		if podrules.IsSidecar(&c) {
 			sidecars[c.Name] = true
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -38,7 +39,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	// From here on, pod is ours to change: never modify the cache's copy.
 	pod = pod.DeepCopy()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
-	if provider.IsMirrorPod(pod) {
+	if podrules.IsMirrorPod(pod) {
 		return c.syncMirror(ctx, rec, p, pod)
 	}
 
@@ -49,7 +50,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	case err != nil:
 		return fmt.Errorf("get pod from provider: %w", err)
 	}
-	if provPod != nil && provider.IsStaticPod(provPod) {
+	if provPod != nil && podrules.IsStaticPod(provPod) {
 		// A static pod holds the name on this node; it is not ours to stop.
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreate", "a static pod of the same name runs on node %s", pod.Spec.NodeName)
 		return nil
@@ -106,7 +107,7 @@ func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) 
 	if err != nil {
 		return fmt.Errorf("get pod from provider: %w", err)
 	}
-	if provider.IsStaticPod(provPod) {
+	if podrules.IsStaticPod(provPod) {
 		// Its mirror pod went; the static pod source owns the pod itself.
 		c.known.Delete(key)
 		return nil

@@ -4,7 +4,12 @@
 // pods after an agent restart, logs, exec, stats) are separate interfaces
 // found by type assertion.
 //
-// This package owns no behaviour and must never import the controllers.
+// This package owns no behaviour and must never import the controllers or
+// any other nodelet package. The kubelet's rules about a pod's spec that
+// providers and loops apply alike (admission, QoS, sidecars, back-off,
+// grace period, static pods) live in pkg/podrules, which does not import
+// this package either: a provider turns an admission refusal into a
+// Rejection itself.
 package provider
 
 import (
@@ -187,18 +192,4 @@ type StatsProvider interface {
 // node's figures are the host's.
 type NodeStatsProvider interface {
 	NodeStats(ctx context.Context) (statsv1alpha1.NodeStats, error)
-}
-
-// PodStarted tells whether a pod's reported status shows that it was ever
-// started: a start time, or a container that left its first Waiting state.
-func PodStarted(pod *corev1.Pod) bool {
-	if pod.Status.StartTime != nil {
-		return true
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Waiting == nil || cs.RestartCount > 0 {
-			return true
-		}
-	}
-	return false
 }

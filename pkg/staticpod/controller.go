@@ -23,7 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // DefaultCheckFrequency is how often the manifest directory and URL are
@@ -173,7 +173,7 @@ func (c *Controller) isOurMirror(obj any) bool {
 		obj = tomb.Obj
 	}
 	pod, ok := obj.(*corev1.Pod)
-	return ok && pod.Spec.NodeName == c.opts.NodeName && provider.IsMirrorPod(pod)
+	return ok && pod.Spec.NodeName == c.opts.NodeName && podrules.IsMirrorPod(pod)
 }
 
 func (c *Controller) enqueue(obj any) {
@@ -292,7 +292,7 @@ func (c *Controller) update(ctx context.Context) {
 			at = now
 		}
 		seen[pod.UID] = at
-		pod.Annotations[provider.ConfigSeenAnnotation] = at
+		pod.Annotations[podrules.ConfigSeenAnnotation] = at
 		desired[key] = pod
 	}
 	c.desired, c.seen = desired, seen
@@ -316,7 +316,7 @@ func (c *Controller) enqueueAll(ctx context.Context) {
 		klog.FromContext(ctx).V(2).Info("Listing the node's pods failed; static pods left over are looked at later", "err", err)
 	}
 	for _, pod := range running {
-		if provider.IsStaticPod(pod) {
+		if podrules.IsStaticPod(pod) {
 			c.queue.Add(pod.Namespace + "/" + pod.Name)
 		}
 	}

@@ -30,7 +30,7 @@
 // The status of a static pod reaches its mirror pod through the pod
 // controller (package pod), which already writes every pod status: it
 // recognises mirror pods and static pods by their annotations (helpers in
-// package provider), writes the static pod's status to the mirror pod of
+// package podrules), writes the static pod's status to the mirror pod of
 // the same hash, and never runs a mirror pod or stops a static pod.
 //
 // This package writes only mirror pods and Events; it never touches other

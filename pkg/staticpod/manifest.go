@@ -17,7 +17,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // The sources of static pods, as their ConfigSourceAnnotation says.
@@ -122,8 +122,8 @@ func prepare(pod *corev1.Pod, source, origin, nodeName string) error {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[provider.ConfigSourceAnnotation] = source
-	pod.Annotations[provider.ConfigHashAnnotation] = hash
+	pod.Annotations[podrules.ConfigSourceAnnotation] = source
+	pod.Annotations[podrules.ConfigHashAnnotation] = hash
 	pod.Status = corev1.PodStatus{Phase: corev1.PodPending}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 const podYAML = `apiVersion: v1
@@ -80,11 +80,11 @@ func TestPrepare(t *testing.T) {
 	if pod.Name != "web-node1" || pod.Namespace != "default" || pod.Spec.NodeName != "node1" {
 		t.Errorf("pod %s/%s on %q, want default/web-node1 on node1", pod.Namespace, pod.Name, pod.Spec.NodeName)
 	}
-	hash := pod.Annotations[provider.ConfigHashAnnotation]
+	hash := pod.Annotations[podrules.ConfigHashAnnotation]
 	if len(hash) != 32 || string(pod.UID) != hash {
 		t.Errorf("uid %q, hash %q: want the same 32 hex digits", pod.UID, hash)
 	}
-	if pod.Annotations[provider.ConfigSourceAnnotation] != SourceFile || !provider.IsStaticPod(pod) || provider.IsMirrorPod(pod) {
+	if pod.Annotations[podrules.ConfigSourceAnnotation] != SourceFile || !podrules.IsStaticPod(pod) || podrules.IsMirrorPod(pod) {
 		t.Errorf("annotations %v: want a static pod from file", pod.Annotations)
 	}
 	s := pod.Spec

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -76,7 +77,7 @@ func (c *Controller) syncStatic(ctx context.Context, key, namespace, name string
 	case err != nil:
 		return fmt.Errorf("get static pod from the node: %w", err)
 	}
-	if running != nil && !provider.IsStaticPod(running) {
+	if running != nil && !podrules.IsStaticPod(running) {
 		if want == nil {
 			return nil // an API pod: the pod controller's
 		}
@@ -123,7 +124,7 @@ const (
 // API holds under its name (nil: nothing), the node's UID known as nodeUID
 // (empty: unknown, not checked).
 func decideMirror(want, mirror *corev1.Pod, nodeUID types.UID) mirrorAction {
-	if mirror != nil && !provider.IsMirrorPod(mirror) {
+	if mirror != nil && !podrules.IsMirrorPod(mirror) {
 		if want == nil {
 			return mirrorNone
 		}
@@ -136,7 +137,7 @@ func decideMirror(want, mirror *corev1.Pod, nodeUID types.UID) mirrorAction {
 		return mirrorDelete
 	case mirror == nil:
 		return mirrorCreate
-	case mirror.DeletionTimestamp != nil || !provider.IsMirrorOf(mirror, want) || !ownedBy(mirror, nodeUID):
+	case mirror.DeletionTimestamp != nil || !podrules.IsMirrorOf(mirror, want) || !ownedBy(mirror, nodeUID):
 		return mirrorReplace
 	}
 	return mirrorNone
@@ -200,7 +201,7 @@ func (c *Controller) deleteMirror(ctx context.Context, mirror *corev1.Pod) error
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete mirror pod: %w", err)
 	}
-	klog.FromContext(ctx).V(2).Info("Deleted mirror pod", "uid", mirror.UID, "hash", mirror.Annotations[provider.ConfigMirrorAnnotation])
+	klog.FromContext(ctx).V(2).Info("Deleted mirror pod", "uid", mirror.UID, "hash", mirror.Annotations[podrules.ConfigMirrorAnnotation])
 	return nil
 }
 
@@ -213,7 +214,7 @@ func (c *Controller) createMirror(ctx context.Context, key string, static *corev
 	switch {
 	case err == nil:
 		c.forget("mirror:" + key)
-		klog.FromContext(ctx).V(2).Info("Created mirror pod", "hash", mirror.Annotations[provider.ConfigMirrorAnnotation])
+		klog.FromContext(ctx).V(2).Info("Created mirror pod", "hash", mirror.Annotations[podrules.ConfigMirrorAnnotation])
 		return nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err):
 		c.warn(ctx, "mirror:"+key, "FailedCreateMirrorPod", fmt.Sprintf("static pod %s: create mirror pod: %v", key, err))
@@ -230,7 +231,7 @@ func mirrorPod(static *corev1.Pod, node *corev1.Node) *corev1.Pod {
 	m := static.DeepCopy()
 	m.UID, m.ResourceVersion = "", ""
 	m.Status = corev1.PodStatus{}
-	m.Annotations[provider.ConfigMirrorAnnotation] = static.Annotations[provider.ConfigHashAnnotation]
+	m.Annotations[podrules.ConfigMirrorAnnotation] = static.Annotations[podrules.ConfigHashAnnotation]
 	m.OwnerReferences = []metav1.OwnerReference{{
 		APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: ptr.To(true),
 	}}

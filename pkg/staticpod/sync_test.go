@@ -26,6 +26,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -33,7 +34,7 @@ import (
 // pod, owned by the Node of UID owner.
 func pod(h string, mods ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-n", UID: types.UID(h),
-		Annotations: map[string]string{provider.ConfigSourceAnnotation: SourceFile, provider.ConfigHashAnnotation: h}}}
+		Annotations: map[string]string{podrules.ConfigSourceAnnotation: SourceFile, podrules.ConfigHashAnnotation: h}}}
 	for _, m := range mods {
 		m(p)
 	}
@@ -42,7 +43,7 @@ func pod(h string, mods ...func(*corev1.Pod)) *corev1.Pod {
 
 func asMirror(owner types.UID) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
-		p.Annotations[provider.ConfigMirrorAnnotation] = p.Annotations[provider.ConfigHashAnnotation]
+		p.Annotations[podrules.ConfigMirrorAnnotation] = p.Annotations[podrules.ConfigHashAnnotation]
 		p.UID = "api-uid"
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n", UID: owner, Controller: ptr.To(true)}}
 	}
@@ -110,14 +111,14 @@ func TestMirrorPod(t *testing.T) {
 	if m.UID != "" || m.Name != static.Name || m.Namespace != static.Namespace || m.Spec.NodeName != "n" {
 		t.Errorf("mirror %s/%s uid %q on %q, want the static pod's name without its UID", m.Namespace, m.Name, m.UID, m.Spec.NodeName)
 	}
-	if !provider.IsMirrorPod(m) || !provider.IsMirrorOf(m, static) {
+	if !podrules.IsMirrorPod(m) || !podrules.IsMirrorOf(m, static) {
 		t.Errorf("annotations %v: want the mirror annotation with the hash", m.Annotations)
 	}
 	ref := metav1.GetControllerOf(m)
 	if ref == nil || ref.Kind != "Node" || ref.Name != "n" || ref.UID != "node-uid" || ref.APIVersion != "v1" {
 		t.Errorf("controller %+v, want the Node", ref)
 	}
-	if provider.IsMirrorPod(static) {
+	if podrules.IsMirrorPod(static) {
 		t.Errorf("the static pod was changed")
 	}
 }
@@ -278,10 +279,10 @@ func TestControllerLifecycle(t *testing.T) {
 			return false, fmt.Sprintf("pod %v, mirror %v", p != nil, err)
 		}
 		uid = p.UID
-		return provider.IsMirrorOf(m, p) && metav1.IsControlledBy(m, node()), fmt.Sprint(m.Annotations, m.OwnerReferences)
+		return podrules.IsMirrorOf(m, p) && metav1.IsControlledBy(m, node()), fmt.Sprint(m.Annotations, m.OwnerReferences)
 	})
-	if p, _ := h.runner.get("default/web-n"); p.Annotations[provider.ConfigSeenAnnotation] == "" {
-		t.Errorf("static pod without %s", provider.ConfigSeenAnnotation)
+	if p, _ := h.runner.get("default/web-n"); p.Annotations[podrules.ConfigSeenAnnotation] == "" {
+		t.Errorf("static pod without %s", podrules.ConfigSeenAnnotation)
 	}
 
 	// Deleting the mirror pod brings it back; the static pod is left alone.
@@ -324,7 +325,7 @@ func TestControllerLifecycle(t *testing.T) {
 		if p == nil || err != nil {
 			return false, fmt.Sprintf("pod %v, mirror %v", p != nil, err)
 		}
-		return p.UID != uid && provider.IsMirrorOf(m, p), fmt.Sprint(p.UID, m.Annotations)
+		return p.UID != uid && podrules.IsMirrorOf(m, p), fmt.Sprint(p.UID, m.Annotations)
 	})
 
 	// A removed manifest stops the pod and deletes the mirror pod.

@@ -13,7 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // masterService is the service whose variables every pod gets, even with
@@ -154,7 +154,7 @@ const staticServiceWait = 2 * time.Second
 // them only briefly, as the kubelet starts static pods before it has ever
 // reached the API server.
 func podServices(ctx context.Context, g Getter, pod *corev1.Pod) ([]corev1.Service, error) {
-	if !provider.IsStaticPod(pod) {
+	if !podrules.IsStaticPod(pod) {
 		return g.Services(ctx, pod.Namespace)
 	}
 	wait, cancel := context.WithTimeout(ctx, staticServiceWait)

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // unreachable is a Getter whose API server does not answer: every call
@@ -36,7 +36,7 @@ func (unreachable) Services(ctx context.Context, _ string) ([]corev1.Service, er
 func TestStaticPodEnvironmentWithoutTheAPI(t *testing.T) {
 	c := &corev1.Container{Name: "c", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}
 	static := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns",
-		Annotations: map[string]string{provider.ConfigSourceAnnotation: "file"}}}
+		Annotations: map[string]string{podrules.ConfigSourceAnnotation: "file"}}}
 	got, err := Environment(context.Background(), unreachable{}, static, c, NodeInfo{NodeName: "n", HostIP: "10.0.0.1"})
 	if err != nil || len(got) != 1 || got[0] != "A=b" {
 		t.Errorf("static pod: %v, %v; want [A=b]", got, err)

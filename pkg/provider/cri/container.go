@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // containerParams are the inputs of a container's configuration that the
@@ -83,7 +83,7 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, node nodeSettings, p 
 	}
 	resources, err := containerResources(pod, c, node)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", provider.ContainerFieldPath(pod, c.Name).Child("resources"), err)
+		return nil, fmt.Errorf("%s: %w", podrules.ContainerFieldPath(pod, c.Name).Child("resources"), err)
 	}
 	sc, err := containerSecurityContext(pod, c, containerSecurity{
 		ImageUID:       p.ImageUID,

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // Labels and annotations on the runtime's sandboxes and containers. The
@@ -62,7 +64,7 @@ const (
 func containerTypeOf(pod *corev1.Pod, name string) (containerType, bool) {
 	for _, c := range pod.Spec.InitContainers {
 		if c.Name == name {
-			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			if podrules.IsSidecar(&c) {
 				return containerTypeSidecar, true
 			}
 			return containerTypeInit, true

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // CFS shares and quota bounds, as the kernel and the kubelet use them.
@@ -128,7 +128,7 @@ func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int
 	if nodeCritical(pod) {
 		return guaranteedOOMScoreAdj
 	}
-	switch provider.QOSClass(pod) {
+	switch podrules.QOSClass(pod) {
 	case corev1.PodQOSGuaranteed:
 		return guaranteedOOMScoreAdj
 	case corev1.PodQOSBestEffort:
@@ -143,7 +143,7 @@ func oomScoreAdj(pod *corev1.Pod, c *corev1.Container, memoryCapacity int64) int
 		}
 	}
 	adj := 1000 - 1000*(c.Resources.Requests.Memory().Value()+spare)/memoryCapacity
-	if isSidecar(pod, c) && len(pod.Spec.Containers) > 0 {
+	if podrules.IsPodSidecar(pod, c) && len(pod.Spec.Containers) > 0 {
 		least := pod.Spec.Containers[0].Resources.Requests.Memory().Value()
 		for _, rc := range pod.Spec.Containers[1:] {
 			least = min(least, rc.Resources.Requests.Memory().Value())
@@ -167,29 +167,16 @@ func nodeCritical(pod *corev1.Pod) bool {
 	return (critical || mirror) && pod.Spec.PriorityClassName == systemNodeCritical
 }
 
-// isSidecar says whether c is one of the pod's restartable init containers.
-func isSidecar(pod *corev1.Pod, c *corev1.Container) bool {
-	if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-		return false
-	}
-	for _, ic := range pod.Spec.InitContainers {
-		if ic.Name == c.Name {
-			return true
-		}
-	}
-	return false
-}
-
 // podLevelResourcesSet says whether the pod has pod-level requests or
 // limits of a resource the kubelet manages at pod level.
 func podLevelResourcesSet(pod *corev1.Pod) bool {
-	return podLevelRequestsSet(pod) || pod.Spec.Resources != nil && provider.HasPodLevelResources(pod.Spec.Resources.Limits)
+	return podLevelRequestsSet(pod) || pod.Spec.Resources != nil && podrules.HasPodLevelResources(pod.Spec.Resources.Limits)
 }
 
 // podLevelRequestsSet says whether the pod has pod-level requests of a
 // resource the kubelet manages at pod level.
 func podLevelRequestsSet(pod *corev1.Pod) bool {
-	return pod.Spec.Resources != nil && provider.HasPodLevelResources(pod.Spec.Resources.Requests)
+	return pod.Spec.Resources != nil && podrules.HasPodLevelResources(pod.Spec.Resources.Requests)
 }
 
 // podRequests are the pod's effective requests without overhead: its
@@ -237,7 +224,7 @@ func aggregate(pod *corev1.Pod, of func(*corev1.Container) corev1.ResourceList) 
 	sidecars, inits := corev1.ResourceList{}, corev1.ResourceList{}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isSidecar(pod, c) {
+		if podrules.IsPodSidecar(pod, c) {
 			addResources(total, of(c))
 			addResources(sidecars, of(c))
 			maxResources(inits, sidecars)

@@ -26,7 +26,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/atomicfile"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/mountinfo"
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // relistPeriod is how often the runtime's sandboxes and containers are
@@ -331,7 +331,7 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 // cgroupfs driver's form. The runtime creates it with the pod's first
 // sandbox; RemoveSandbox removes it.
 func cgroupParent(pod *corev1.Pod) string {
-	return podCgroup(provider.QOSClass(pod), pod.UID)
+	return podCgroup(podrules.QOSClass(pod), pod.UID)
 }
 
 func podCgroup(qos corev1.PodQOSClass, uid types.UID) string {

@@ -9,7 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	netutils "k8s.io/utils/net"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // sandboxParams are the inputs of a pod's sandbox configuration that the
@@ -66,7 +66,7 @@ func sandboxConfig(pod *corev1.Pod, node nodeSettings, p sandboxParams) (*runtim
 	sysctls := map[string]string{}
 	if pod.Spec.SecurityContext != nil {
 		for _, s := range pod.Spec.SecurityContext.Sysctls {
-			sysctls[provider.SysctlDots(s.Name)] = s.Value
+			sysctls[podrules.SysctlDots(s.Name)] = s.Value
 		}
 	}
 	resources, overhead := sandboxResources(pod, node)

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // staticMaskedPaths and readonlyPaths are the /proc and /sys paths a
@@ -207,7 +207,7 @@ type containerSecurity struct {
 func containerSecurityContext(pod *corev1.Pod, c *corev1.Container, in containerSecurity) (*runtimeapi.LinuxContainerSecurityContext, error) {
 	esc := effectiveSecurityContext(pod, c)
 	if esc.ProcMount != nil && *esc.ProcMount == corev1.UnmaskedProcMount && (pod.Spec.HostUsers == nil || *pod.Spec.HostUsers) {
-		return nil, field.Invalid(provider.ContainerFieldPath(pod, c.Name).Child("securityContext", "procMount"), *esc.ProcMount,
+		return nil, field.Invalid(podrules.ContainerFieldPath(pod, c.Name).Child("securityContext", "procMount"), *esc.ProcMount,
 			"`hostUsers` must be false to use `Unmasked`")
 	}
 	sc := &runtimeapi.LinuxContainerSecurityContext{
@@ -384,7 +384,7 @@ func seccompProfile(pod *corev1.Pod, c *corev1.Container, seccompDefault bool, r
 	var path *field.Path
 	switch {
 	case c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil:
-		profile, path = c.SecurityContext.SeccompProfile, provider.ContainerFieldPath(pod, c.Name).Child("securityContext", "seccompProfile")
+		profile, path = c.SecurityContext.SeccompProfile, podrules.ContainerFieldPath(pod, c.Name).Child("securityContext", "seccompProfile")
 	case pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.SeccompProfile != nil:
 		profile, path = pod.Spec.SecurityContext.SeccompProfile, field.NewPath("spec", "securityContext", "seccompProfile")
 	case seccompDefault:
@@ -419,7 +419,7 @@ func appArmorProfile(pod *corev1.Pod, c *corev1.Container) (*runtimeapi.Security
 	var profile *corev1.AppArmorProfile
 	var path *field.Path
 	if c.SecurityContext != nil && c.SecurityContext.AppArmorProfile != nil {
-		profile, path = c.SecurityContext.AppArmorProfile, provider.ContainerFieldPath(pod, c.Name).Child("securityContext", "appArmorProfile")
+		profile, path = c.SecurityContext.AppArmorProfile, podrules.ContainerFieldPath(pod, c.Name).Child("securityContext", "appArmorProfile")
 	} else if key := corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + c.Name; pod.Annotations[key] != "" {
 		v := pod.Annotations[key]
 		path = field.NewPath("metadata", "annotations").Key(key)

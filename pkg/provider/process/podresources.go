@@ -4,7 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
@@ -13,7 +13,7 @@ import (
 // only when every container has one (the sum of the app containers' or the
 // largest init container's, whichever is more).
 func podResources(pod *corev1.Pod) sandbox.Resources {
-	r := sandbox.Resources{CPURequestMillis: provider.PodRequests(pod).MilliCPU}
+	r := sandbox.Resources{CPURequestMillis: podrules.PodRequests(pod).MilliCPU}
 	value := func(q resource.Quantity, name corev1.ResourceName) int64 {
 		if name == corev1.ResourceCPU {
 			return q.MilliValue()

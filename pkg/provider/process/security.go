@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 )
 
@@ -73,7 +73,7 @@ type hostUser struct {
 // container cannot have. The error is the container's
 // CreateContainerConfigError.
 func containerSecurity(pod *corev1.Pod, c *corev1.Container, host hostSecurity) (*sandbox.Security, error) {
-	path := provider.ContainerFieldPath(pod, c.Name).Child("securityContext")
+	path := podrules.ContainerFieldPath(pod, c.Name).Child("securityContext")
 	psc := pod.Spec.SecurityContext
 	if psc == nil {
 		psc = &corev1.PodSecurityContext{}

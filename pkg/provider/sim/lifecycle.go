@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -28,21 +29,15 @@ const (
 	stepTerminate
 )
 
-// Crash-loop back-off, as the kubelet's: 10 s after the first exit,
-// doubling with every restart, at most 5 min.
-const (
-	initialBackOff = 10 * time.Second
-	maxBackOff     = 5 * time.Minute
-)
-
 // backOff is the wait before restarting containers that have restarted
-// restarts times already.
+// restarts times already: the kubelet's crash-loop back-off steps
+// (podrules.BackOff), 10 s after the first exit, doubling with every
+// restart, at most 5 min. Unlike the kubelet's rule for a real container
+// (podrules.RestartBackOff), every exit backs off, the first one too, and a
+// long run does not start the back-off over, as Options.CompleteRatio
+// documents.
 func backOff(restarts int32) time.Duration {
-	d := initialBackOff
-	for i := int32(0); i < restarts && d < maxBackOff; i++ {
-		d *= 2
-	}
-	return min(d, maxBackOff)
+	return podrules.BackOff(int(restarts))
 }
 
 // armed is one timer of the injected clock. The field holding it (a pod's

@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -250,7 +251,7 @@ type Provider struct {
 	pods     map[string]*simPod // by namespace/name
 	finished int                // pods in p.pods that Succeeded or Failed
 	ips      *ipAllocator
-	used     provider.Requests // sum of the requests of the admitted, unfinished pods
+	used     podrules.Requests // sum of the requests of the admitted, unfinished pods
 	rng      *rand.Rand        // jitter
 	notify   func(*corev1.Pod)
 	// outbox holds notifications not yet delivered; draining is set while
@@ -283,7 +284,7 @@ type Provider struct {
 // simPod is the whole state of one pod.
 type simPod struct {
 	pod     *corev1.Pod       // the pod as given (see withOwnStatus), with its current status
-	req     provider.Requests // what it was admitted with
+	req     podrules.Requests // what it was admitted with
 	ip      uint32            // allocator offset to release, 0 if none
 	outcome outcome
 	// deleteJitter is this pod's share of DeleteJitter, drawn once.
@@ -352,10 +353,10 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return sameUID(st, pod)
 	}
-	req := provider.PodRequests(pod)
-	if err := provider.AdmitOS(pod); err != nil {
+	req := podrules.PodRequests(pod)
+	if r := podrules.AdmitOS(pod); r != nil {
 		p.mu.Unlock()
-		return err
+		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	if p.opts.Admit != nil {
 		if err := p.opts.Admit(pod); err != nil {
@@ -363,9 +364,9 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 			return err
 		}
 	}
-	if err := provider.Admit(p.opts.Capacity, req, p.used, len(p.pods)-p.finished); err != nil {
+	if r := podrules.Admit(p.opts.Capacity, req, p.used, len(p.pods)-p.finished); r != nil {
 		p.mu.Unlock()
-		return err
+		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	off, ip, err := p.ips.allocate()
 	if err != nil {
@@ -418,7 +419,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	switch {
 	case pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed:
 		return nil
-	case !provider.PodStarted(pod):
+	case !podrules.PodStarted(pod):
 		return p.CreatePod(ctx, pod)
 	}
 	now := p.clock.Now()
@@ -429,7 +430,7 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	st := &simPod{
 		pod:          withOwnStatus(pod),
-		req:          provider.PodRequests(pod),
+		req:          podrules.PodRequests(pod),
 		outcome:      p.opts.outcomeOf(pod.UID),
 		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
 	}
@@ -536,8 +537,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	var delay time.Duration
 	if !st.finished {
 		delay = p.opts.DeleteDelay + st.deleteJitter
-		if g := gracePeriod(pod); g != nil {
-			delay = min(delay, max(*g, 0))
+		// A pod that names no grace period stops after DeleteDelay alone,
+		// not within the API server's default of 30 s.
+		if g, ok := podrules.GracePeriod(pod); ok {
+			delay = min(delay, max(g, 0))
 		}
 	}
 	at := now.Add(delay)
@@ -558,18 +561,6 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	p.schedule(logger, st, gen)
 	return nil
-}
-
-// gracePeriod is how long a deleted pod may take to stop, if the pod says.
-func gracePeriod(pod *corev1.Pod) *time.Duration {
-	s := pod.DeletionGracePeriodSeconds
-	if s == nil {
-		s = pod.Spec.TerminationGracePeriodSeconds
-	}
-	if s == nil {
-		return nil
-	}
-	return ptr(time.Duration(*s) * time.Second)
 }
 
 // withOwnStatus is pod with a copy of its status. The metadata and spec

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -311,7 +312,7 @@ func TestDeletePod(t *testing.T) {
 			}
 
 			// The IP and the resources are free again.
-			if p.used != (provider.Requests{}) {
+			if p.used != (podrules.Requests{}) {
 				t.Errorf("used = %+v after termination, want zero", p.used)
 			}
 			if err := p.CreatePod(ctx, testPod("next", "1", "")); err != nil {

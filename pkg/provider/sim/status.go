@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
 // The statuses a simulated pod goes through, written the way the kubelet
@@ -242,8 +244,7 @@ func runningStatuses(pod *corev1.Pod, containers []corev1.Container, old []corev
 				break
 			}
 		}
-		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
-		if init && !sidecar {
+		if init && !podrules.IsSidecar(c) {
 			cs.State.Terminated = &corev1.ContainerStateTerminated{
 				ExitCode:    0,
 				Reason:      "Completed",

@@ -1,4 +1,4 @@
-package provider
+package podrules
 
 import corev1 "k8s.io/api/core/v1"
 

@@ -1,9 +1,24 @@
-package provider
+package podrules
 
 import (
-	corev1 "k8s.io/api/core/v1"
+	"fmt"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
+
+// Refusal is why admission refuses a pod, as the kubelet words it: Reason
+// is a CamelCase word, Message says why. It is not an error: a provider
+// returns it as the contract's error, provider.Reject(r.Reason, "%s",
+// r.Message), which fails the pod with both and is not retried.
+type Refusal struct {
+	Reason  string
+	Message string
+}
+
+func refuse(reason, format string, args ...any) *Refusal {
+	return &Refusal{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
 
 // Requests is what one pod asks of the node, in the units of the kubelet's
 // admission messages.
@@ -57,7 +72,7 @@ func PodRequests(pod *corev1.Pod) Requests {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		r := containerRequests(c)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+		if IsSidecar(c) {
 			sum.Add(r)
 			sidecars.Add(r)
 			initMax.atLeast(sidecars)
@@ -80,10 +95,10 @@ func PodRequests(pod *corev1.Pod) Requests {
 }
 
 // AdmitOS rejects, like the kubelet, a pod whose spec.os names another
-// operating system than the node's (always Linux).
-func AdmitOS(pod *corev1.Pod) error {
+// operating system than the node's (always Linux); nil admits it.
+func AdmitOS(pod *corev1.Pod) *Refusal {
 	if pod.Spec.OS != nil && pod.Spec.OS.Name != corev1.Linux {
-		return Reject("PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS: pod asks for %s, node runs %s", pod.Spec.OS.Name, corev1.Linux)
+		return refuse("PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS: pod asks for %s, node runs %s", pod.Spec.OS.Name, corev1.Linux)
 	}
 	return nil
 }
@@ -126,8 +141,9 @@ func SysctlDots(name string) string {
 
 // AdmitSysctls rejects, like the kubelet, a pod that sets a sysctl outside
 // the safe set and allowed (names, or prefixes ending in "*"), and a pod on
-// the host's network or IPC namespace that sets one of that namespace.
-func AdmitSysctls(pod *corev1.Pod, allowed []string) error {
+// the host's network or IPC namespace that sets one of that namespace; nil
+// admits it.
+func AdmitSysctls(pod *corev1.Pod, allowed []string) *Refusal {
 	sc := pod.Spec.SecurityContext
 	if sc == nil {
 		return nil
@@ -141,13 +157,13 @@ func AdmitSysctls(pod *corev1.Pod, allowed []string) error {
 			}
 		}
 		if !ok {
-			return Reject("SysctlForbidden", "forbidden sysctl: %q not allowlisted", s.Name)
+			return refuse("SysctlForbidden", "forbidden sysctl: %q not allowlisted", s.Name)
 		}
 		if pod.Spec.HostNetwork && strings.HasPrefix(name, "net.") {
-			return Reject("SysctlForbidden", "forbidden sysctl: %q not allowed with host net enabled", s.Name)
+			return refuse("SysctlForbidden", "forbidden sysctl: %q not allowed with host net enabled", s.Name)
 		}
 		if pod.Spec.HostIPC && (strings.HasPrefix(name, "kernel.shm") || strings.HasPrefix(name, "kernel.msg") || strings.HasPrefix(name, "kernel.sem") || strings.HasPrefix(name, "fs.mqueue.")) {
-			return Reject("SysctlForbidden", "forbidden sysctl: %q not allowed with host ipc enabled", s.Name)
+			return refuse("SysctlForbidden", "forbidden sysctl: %q not allowed with host ipc enabled", s.Name)
 		}
 	}
 	return nil
@@ -156,18 +172,18 @@ func AdmitSysctls(pod *corev1.Pod, allowed []string) error {
 // Admit decides, like the kubelet's resource admission, whether a pod asking
 // for req fits beside the pods already admitted (count pods using used) on
 // a node of this capacity. A resource missing from capacity is not limited;
-// a resource the pod does not request is not checked. The error is a
-// Rejection (OutOfpods, OutOfcpu, OutOfmemory).
-func Admit(capacity corev1.ResourceList, req, used Requests, count int) error {
+// a resource the pod does not request is not checked. A refusal's reason is
+// OutOfpods, OutOfcpu or OutOfmemory; nil admits the pod.
+func Admit(capacity corev1.ResourceList, req, used Requests, count int) *Refusal {
 	const msg = "Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d"
 	if q, ok := capacity[corev1.ResourcePods]; ok && int64(count)+1 > q.Value() {
-		return Reject("OutOfpods", msg, corev1.ResourcePods, 1, count, q.Value())
+		return refuse("OutOfpods", msg, corev1.ResourcePods, 1, count, q.Value())
 	}
 	if q, ok := capacity[corev1.ResourceCPU]; ok && req.MilliCPU > 0 && req.MilliCPU+used.MilliCPU > q.MilliValue() {
-		return Reject("OutOfcpu", msg, corev1.ResourceCPU, req.MilliCPU, used.MilliCPU, q.MilliValue())
+		return refuse("OutOfcpu", msg, corev1.ResourceCPU, req.MilliCPU, used.MilliCPU, q.MilliValue())
 	}
 	if q, ok := capacity[corev1.ResourceMemory]; ok && req.MemoryBytes > 0 && req.MemoryBytes+used.MemoryBytes > q.Value() {
-		return Reject("OutOfmemory", msg, corev1.ResourceMemory, req.MemoryBytes, used.MemoryBytes, q.Value())
+		return refuse("OutOfmemory", msg, corev1.ResourceMemory, req.MemoryBytes, used.MemoryBytes, q.Value())
 	}
 	return nil
 }
