@@ -183,7 +183,7 @@ func (p *Provider) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 
 // GetContainerLogs returns the container's log from the service: tail is
 // honoured; the service keeps no previous logs and no timestamps, and
-// cannot follow.
+// cannot filter by time nor follow.
 func (p *Provider) GetContainerLogs(ctx context.Context, namespace, pod, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
 	if opts.Previous {
 		return nil, errors.New("previous logs: the pod service keeps none")

@@ -26,15 +26,15 @@
 //	 "containers": [{"name": "app", "image": "nginx:1.27", "command": ["nginx"],
 //	                 "args": ["-g", "daemon off;"], "env": [{"name": "A", "value": "1"}],
 //	                 "cpu": "500m", "memory": "128Mi"}],
-//	 "status": {"phase": "Running", "message": "", "ip": "10.88.0.4",
-//	            "createdAt": "2026-11-26T22:00:00Z",
-//	            "containers": [{"name": "app", "state": "Running", "reason": "",
-//	                            "message": "", "exitCode": 0, "restarts": 0,
-//	                            "startedAt": "2026-11-26T22:00:01Z", "finishedAt": null}]}}
+//	 "status": {"phase": "Running", "ip": "10.88.0.4", "createdAt": "2026-11-26T22:00:00Z",
+//	            "containers": [{"name": "app", "state": "Running",
+//	                            "startedAt": "2026-11-26T22:00:01Z"}]}}
 //
-// phase is Pending, Running, Succeeded or Failed; a container's state is
-// Waiting, Running or Terminated. Capacity is {"cpu": "8", "memory":
-// "32Gi", "pods": 110}, quantities as Kubernetes writes them.
+// phase is Pending, Running, Succeeded or Failed, with a message; a
+// container's state is Waiting, Running or Terminated, with a reason, a
+// message, an exitCode, its restarts, startedAt and finishedAt. Empty
+// fields are left out. Capacity is {"cpu": "8", "memory": "32Gi", "pods":
+// 110}, quantities as Kubernetes writes them.
 //
 // # What the provider does with it
 //
@@ -59,8 +59,10 @@
 //     phase, message, podIP, startTime (createdAt), container statuses
 //     (ready while running), and the conditions PodScheduled, Initialized,
 //     ContainersReady and Ready.
-//   - GetContainerLogs honours tail; the service keeps no previous logs
-//     and no timestamps, and a follow returns the log as it is now and ends.
+//   - GetContainerLogs honours tail (limit-bytes is the agent's); the
+//     service keeps no previous logs and no timestamps, and cannot filter
+//     by time (since) nor follow: a follow returns the log as it is now
+//     and ends.
 //   - Ping asks the service's capacity, which ConfigureNode reports unless
 //     Options.Capacity is set; a failing Ping makes the node NotReady.
 //
