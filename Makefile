@@ -302,14 +302,16 @@ stop:
 
 vet:
 	$(GO) vet ./...
-	@unformatted=$$(gofmt -l cmd internal pkg test bench hack 2>/dev/null); \
+	@unformatted=$$(gofmt -l cmd internal pkg test bench hack examples 2>/dev/null); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-# test: unit and end-to-end tests; the e2e tests start their own control plane.
+# test: unit and end-to-end tests, then the example provider's module
+# (examples/podservice); the e2e tests start their own control plane.
 test: build vet
 	@rm -f $(LOCAL)/reliability.md
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 	@if [ -f $(LOCAL)/reliability.md ]; then echo; echo "RELIABILITY (test/chaos)"; cat $(LOCAL)/reliability.md; fi
+	cd examples/podservice && $(GO) vet ./... && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 unit:
 	$(GO) test $$($(GO) list ./... | grep -v /test/e2e)
