@@ -586,6 +586,9 @@ func (k *kit) deleteAll() error {
 			}
 		}
 	}
+	if k.prov == nil {
+		return errors.Join(errs...)
+	}
 	if seen, ok := k.until(k.c.Slack, func(ctx context.Context) (bool, string) {
 		pods, err := k.prov.GetPods(ctx)
 		if err != nil {
