@@ -99,7 +99,10 @@ func (a *Agent) build(rc *rest.Config) (_ *built, err error) {
 	if err := a.volumeController(p, world); err != nil {
 		return nil, err
 	}
-	return p.built, a.podLoops(p, nodes)
+	if err := a.podLoops(p, nodes); err != nil {
+		return nil, err
+	}
+	return p.built, nil
 }
 
 // metricsRegistry is the registry served at /metrics: WithMetricsRegistry's,

@@ -71,6 +71,11 @@ type Options struct {
 // lifecycle over the runtime's sandboxes and containers, and the node's
 // description, whose Ready condition follows the runtime's.
 type Provider struct {
+	// Manager runs the pods: CreatePod, UpdatePod, DeletePod, GetPod,
+	// GetPods, NotifyPods, RestorePod, Evict, the logs, exec, attach and
+	// port-forward of the provider are its methods (pkg/lifecycle), over
+	// this provider's runtime; the node's description and stats are
+	// this package's.
 	*lifecycle.Manager
 	opts    Options
 	host    *hostnode.Host

@@ -45,6 +45,11 @@ type Options struct {
 // Provider runs the pods of one node as host processes: the pod lifecycle
 // over the host sandboxes, and the node's description.
 type Provider struct {
+	// Manager runs the pods: CreatePod, UpdatePod, DeletePod, GetPod,
+	// GetPods, NotifyPods, RestorePod, Evict, the logs, exec, attach and
+	// port-forward of the provider are its methods (pkg/lifecycle), over
+	// this provider's runtime; the node's description and stats are
+	// this package's.
 	*lifecycle.Manager
 	opts      Options
 	host      *hostnode.Host
