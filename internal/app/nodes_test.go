@@ -20,7 +20,7 @@ type placed struct{ name, podCIDR, address, zone string }
 
 // place lists the nodes of cfg where the layout puts them.
 func place(cfg *config.Config) ([]placed, error) {
-	nodes, err := place(cfg)
+	nodes, err := managedNodes(cfg)
 	if err != nil {
 		return nil, err
 	}
