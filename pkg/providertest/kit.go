@@ -234,13 +234,17 @@ func (k *kit) stop() error {
 }
 
 // until polls cond until it holds, for at most timeout. It returns what
-// cond saw last, and whether it held; a stopped agent ends the wait.
+// cond saw last, and whether it held; a stopped agent ends the wait. Each
+// look has requestTimeout of its own, so that the last one, close to the
+// deadline, still sees something.
 func (k *kit) until(timeout time.Duration, cond func(ctx context.Context) (bool, string)) (string, bool) {
 	var seen string
-	err := wait.PollUntilContextTimeout(k.ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(k.ctx, pollInterval, timeout, true, func(context.Context) (bool, error) {
 		if a := k.agent; a != nil && a.exited() {
 			return false, fmt.Errorf("the agent stopped: %v", a.err)
 		}
+		ctx, cancel := context.WithTimeout(k.ctx, requestTimeout)
+		defer cancel()
 		ok, s := cond(ctx)
 		seen = s
 		return ok, nil
