@@ -484,6 +484,9 @@ func (k *kit) checkLost() error {
 					"the agent calls RestorePod and the pod must run on, in the provider and the API, within %s: %s", name, k.c.Timeout, seen))
 			}
 		}
+		if len(errs) == 0 {
+			k.r.Logf("lost: pod %s created; %s and %s restored (PodRestorer)", podLostNew, podLostNever, podLostAlways)
+		}
 		return errors.Join(errs...)
 	}
 	if seen, ok := k.until(k.c.Timeout, func(ctx context.Context) (bool, string) {
@@ -496,6 +499,9 @@ func (k *kit) checkLost() error {
 	if seen, ok := k.waitRunning(podLostAlways); !ok {
 		errs = append(errs, fmt.Errorf("pod %s (restartPolicy Always), running by the API's account, unknown to the provider, which is no "+
 			"PodRestorer: the agent must create it again, and it must run within %s: %s", podLostAlways, k.c.Timeout, seen))
+	}
+	if len(errs) == 0 {
+		k.r.Logf("lost: pod %s created; %s failed (PodLost); %s created again", podLostNew, podLostNever, podLostAlways)
 	}
 	return errors.Join(errs...)
 }

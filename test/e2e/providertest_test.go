@@ -129,6 +129,32 @@ func TestProviderKitCRI(t *testing.T) {
 	}
 }
 
+// plain is a provider with no optional interface: the sim provider's
+// PodLifecycleHandler and NodeProvider alone.
+type plain struct{ nodeagent.Provider }
+
+// A provider with only the two required interfaces passes too: its status
+// is polled, and the pods it lost in a restart (all of them) are created
+// again or, with restartPolicy Never, failed as lost.
+func TestProviderKitPlainProvider(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	cfg.RootDir = t.TempDir()
+	sim := kitProvider(t, cfg)
+	providertest.Run(t, providertest.Config{
+		Client: adminConfig(t),
+		NewProvider: func(env *nodeagent.Env) (nodeagent.Provider, error) {
+			p, err := sim(env)
+			if err != nil {
+				return nil, err
+			}
+			return plain{p}, nil
+		},
+		Options: []nodeagent.Option{nodeagent.WithRootDir(cfg.RootDir),
+			nodeagent.WithPodOptions(nodeagent.PodOptions{StatusPollInterval: time.Second})},
+	})
+}
+
 // neverGone is the sim provider with a planted bug: DeletePod does
 // nothing, so a deleted pod is never reported gone. (It hides the sim
 // provider's optional interfaces too: its status is polled.)
