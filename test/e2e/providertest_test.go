@@ -179,8 +179,8 @@ func TestProviderKitFailsAPlantedBug(t *testing.T) {
 		},
 		Options: []nodeagent.Option{nodeagent.WithRootDir(cfg.RootDir),
 			nodeagent.WithPodOptions(nodeagent.PodOptions{StatusPollInterval: time.Second})},
-		Grace:    2 * time.Second,
-		Slack:    5 * time.Second,
+		Grace:    time.Second,
+		Slack:    3 * time.Second,
 		FailFast: true,
 	})
 	for _, r := range rec.Results() {
@@ -195,7 +195,7 @@ func TestProviderKitFailsAPlantedBug(t *testing.T) {
 	if !ok || r.Err == nil {
 		t.Fatalf("part delete: ran %t, error %v; want it to fail on a provider whose DeletePod does nothing", ok, r.Err)
 	}
-	for _, want := range []string{"pod grace deleted with grace 2s: still in the API", "the provider's GetPod still returns it"} {
+	for _, want := range []string{"pod grace deleted with grace 1s: still in the API", "the provider's GetPod still returns it"} {
 		if !strings.Contains(r.Err.Error(), want) {
 			t.Errorf("part delete failed with %q; want a message saying %q", r.Err, want)
 		}
