@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
 	"github.com/nodelet/nodelet/test/fault"
 )
 
@@ -37,6 +38,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The process provider run in this process (the provider kit's test)
+	// starts its sandboxes as subcommands of this binary.
+	if len(os.Args) > 1 && sandbox.IsSubcommand(os.Args[1]) {
+		os.Exit(sandbox.Main(os.Args[1:]))
+	}
 	os.Exit(run(m))
 }
 
