@@ -302,12 +302,14 @@ stop:
 
 vet:
 	$(GO) vet ./...
-	@unformatted=$$(gofmt -l cmd internal pkg test bench hack 2>/dev/null); \
+	@unformatted=$$(gofmt -l cmd internal pkg test bench hack adapter 2>/dev/null); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-# test: unit and end-to-end tests; the e2e tests start their own control plane.
+# test: unit and end-to-end tests, and those of the nested module
+# adapter/virtualkubelet; the e2e tests start their own control plane.
 test: build vet
 	@rm -f $(LOCAL)/reliability.md
+	cd adapter/virtualkubelet && $(GO) test ./...
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 	@if [ -f $(LOCAL)/reliability.md ]; then echo; echo "RELIABILITY (test/chaos)"; cat $(LOCAL)/reliability.md; fi
 
