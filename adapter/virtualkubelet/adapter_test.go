@@ -224,8 +224,12 @@ func TestDeletedPodEnds(t *testing.T) {
 
 	t.Run("provider drops the pod", func(t *testing.T) {
 		a := mustNew(t, newFakePods(testPod("web", "uid-1", corev1.PodRunning)), nil)
-		if err := a.DeletePod(ctx, testPod("web", "uid-1", corev1.PodRunning)); err != nil {
+		pod := testPod("web", "uid-1", corev1.PodRunning)
+		if err := a.DeletePod(ctx, pod); err != nil {
 			t.Fatalf("DeletePod: %v", err)
+		}
+		if pod.Status.Reason != "" {
+			t.Errorf("the provider wrote %q into nodelet's pod; it must get a copy", pod.Status.Reason)
 		}
 		if !gone(a) {
 			t.Error("a dropped pod is still reported")
@@ -242,7 +246,7 @@ func TestDeletedPodEnds(t *testing.T) {
 		if gone(a) || listed(a) != 1 {
 			t.Fatal("a deleted pod that still runs is reported gone")
 		}
-		f.setPhase("default", "web", corev1.PodSucceeded)
+		f.setStatus("default", "web", func(s *corev1.PodStatus) { s.Phase = corev1.PodSucceeded })
 		if !gone(a) || listed(a) != 0 {
 			t.Fatal("a deleted pod that terminated is still reported")
 		}
@@ -252,6 +256,27 @@ func TestDeletedPodEnds(t *testing.T) {
 		}
 		if gone(a) || listed(a) != 1 {
 			t.Fatal("a new pod under a deleted pod's name is not reported")
+		}
+	})
+
+	t.Run("provider keeps the pod with its containers terminated", func(t *testing.T) {
+		f := newFakePods(testPod("web", "uid-1", corev1.PodRunning))
+		f.deletedPhase = corev1.PodRunning
+		a := mustNew(t, f, nil)
+		if err := a.DeletePod(ctx, testPod("web", "uid-1", corev1.PodRunning)); err != nil {
+			t.Fatalf("DeletePod: %v", err)
+		}
+		f.setStatus("default", "web", func(s *corev1.PodStatus) {
+			s.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		})
+		if gone(a) {
+			t.Fatal("a deleted pod whose container runs is reported gone")
+		}
+		f.setStatus("default", "web", func(s *corev1.PodStatus) {
+			s.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137}}
+		})
+		if !gone(a) {
+			t.Fatal("a deleted pod whose containers all terminated is still reported")
 		}
 	})
 

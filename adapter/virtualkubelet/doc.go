@@ -59,10 +59,16 @@
 //     the API once its grace period has passed (or at once when nothing
 //     runs), whatever the provider still reports; nodelet does so only once
 //     GetPod reports provider.ErrNotFound. For a provider that keeps a
-//     deleted pod with a terminal phase (Succeeded or Failed), the adapter
-//     reports that pod as not found from GetPod and leaves it out of
-//     GetPods, until the provider drops the pod or a pod of another UID
-//     takes its name.
+//     deleted pod once it has terminated (phase Succeeded or Failed, or
+//     every container terminated), the adapter reports that pod as not
+//     found from GetPod and leaves it out of GetPods, until the provider
+//     drops the pod or a pod of another UID takes its name. A provider that
+//     keeps reporting a deleted pod as running leaves it Terminating in the
+//     API, where virtual-kubelet would delete it after the grace period.
+//   - CreatePod, UpdatePod and DeletePod hand the provider a copy of the
+//     pod, as virtual-kubelet does: its providers may change the pods they
+//     get (its mock writes the final status into DeletePod's), where nodelet
+//     reads its own again after the call.
 //   - Polled providers (no node.PodNotifier): virtual-kubelet polls
 //     GetPodStatus every 5 s and, after a DeletePod, writes a Succeeded
 //     status of its own making; nodelet polls GetPod at its status poll

@@ -75,6 +75,8 @@ func (f *fakePods) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	if !ok {
 		return errdefs.NotFoundf("pod %s is not known", key)
 	}
+	// As virtual-kubelet's mock does, write into the pod given.
+	pod.Status.Reason = "FakeDeleted"
 	if f.deletedPhase != "" {
 		stored.Status.Phase = f.deletedPhase
 		return nil
@@ -83,11 +85,11 @@ func (f *fakePods) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// setPhase changes a stored pod's phase, as the provider's own progress.
-func (f *fakePods) setPhase(namespace, name string, phase corev1.PodPhase) {
+// setStatus changes a stored pod's status, as the provider's own progress.
+func (f *fakePods) setStatus(namespace, name string, change func(*corev1.PodStatus)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.pods[podKey(namespace, name)].Status.Phase = phase
+	change(&f.pods[podKey(namespace, name)].Status)
 }
 
 func (f *fakePods) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {

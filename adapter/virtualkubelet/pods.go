@@ -13,21 +13,26 @@ import (
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
+// The pods handed to CreatePod, UpdatePod and DeletePod are copies, as
+// virtual-kubelet hands them: its providers may change the pods they get
+// (its mock writes the final status into the pod DeletePod gets), where
+// nodelet goes on reading its own.
+
 // CreatePod hands the pod to the provider; its errors pass through.
 func (c *core) CreatePod(ctx context.Context, pod *corev1.Pod) error {
-	return c.pods.CreatePod(ctx, pod)
+	return c.pods.CreatePod(ctx, pod.DeepCopy())
 }
 
 // UpdatePod hands the pod to the provider.
 func (c *core) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
-	return mapError(c.pods.UpdatePod(ctx, pod))
+	return mapError(c.pods.UpdatePod(ctx, pod.DeepCopy()))
 }
 
 // DeletePod asks the provider to stop the pod. A provider that does not know
 // the pod has nothing left to stop: that is no error. The pod is remembered
 // until the provider stops reporting it (see finished).
 func (c *core) DeletePod(ctx context.Context, pod *corev1.Pod) error {
-	err := c.pods.DeletePod(ctx, pod)
+	err := c.pods.DeletePod(ctx, pod.DeepCopy())
 	if isNotFound(err) {
 		return nil
 	}
@@ -91,9 +96,9 @@ func (c *core) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
 }
 
 // finished says whether pod, which the provider reports under key, is one
-// DeletePod was asked to stop and has a terminal phase: nodelet's contract
-// has such a pod reported gone. A pod of another UID under the same name
-// ends the record.
+// DeletePod was asked to stop and has terminated: nodelet's contract has
+// such a pod reported gone. A pod of another UID under the same name ends
+// the record.
 func (c *core) finished(key string, pod *corev1.Pod) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,7 +110,25 @@ func (c *core) finished(key string, pod *corev1.Pod) bool {
 		delete(c.deleting, key)
 		return false
 	}
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	return terminated(&pod.Status)
+}
+
+// terminated says whether a status is the final one virtual-kubelet's
+// contract asks of a deleted pod: a terminal phase, or every container
+// terminated.
+func terminated(status *corev1.PodStatus) bool {
+	if status.Phase == corev1.PodSucceeded || status.Phase == corev1.PodFailed {
+		return true
+	}
+	if len(status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range status.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // forget drops the record of a deleted pod once the provider no longer has it.
