@@ -48,9 +48,10 @@
 //     status GetPodStatus gave (the pod's own when that is nil). A GetPod
 //     therefore costs the provider two calls.
 //   - Not found: errdefs.IsNotFound errors (also when wrapped with %w),
-//     Kubernetes NotFound status errors, and a nil pod with a nil error, as
-//     virtual-kubelet itself accepts, are reported wrapping
-//     provider.ErrNotFound, from every call that names a pod.
+//     Kubernetes NotFound status errors, provider.ErrNotFound itself, and
+//     from GetPod a nil pod with a nil error (which virtual-kubelet also
+//     takes for not found) reach nodelet wrapping provider.ErrNotFound, from
+//     GetPod, GetPodStatus, UpdatePod, logs, exec, attach and port-forward.
 //   - DeletePod: virtual-kubelet's may be called again for the same pod and
 //     treats a NotFound answer as done; the adapter returns nil for it, since
 //     nodelet retries a failing DeletePod. Both contracts then want one
