@@ -302,16 +302,20 @@ stop:
 
 vet:
 	$(GO) vet ./...
-	@unformatted=$$(gofmt -l cmd internal pkg test bench hack examples 2>/dev/null); \
+	@unformatted=$$(gofmt -l cmd internal pkg test bench hack adapter examples 2>/dev/null); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-# test: unit and end-to-end tests, then the example provider's module
-# (examples/podservice); the e2e tests start their own control plane.
+# NESTED: the modules of their own inside the repository that make test
+# vets and tests too: the virtual-kubelet adapter and the example provider.
+NESTED := adapter/virtualkubelet examples/podservice
+
+# test: unit and end-to-end tests, then those of the NESTED modules; the
+# e2e tests start their own control plane.
 test: build vet
 	@rm -f $(LOCAL)/reliability.md
 	$(GO) test -timeout $(TEST_TIMEOUT) ./...
 	@if [ -f $(LOCAL)/reliability.md ]; then echo; echo "RELIABILITY (test/chaos)"; cat $(LOCAL)/reliability.md; fi
-	cd examples/podservice && $(GO) vet ./... && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+	for m in $(NESTED); do (cd $$m && $(GO) vet ./... && $(GO) test -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
 
 unit:
 	$(GO) test $$($(GO) list ./... | grep -v /test/e2e)
