@@ -1,5 +1,5 @@
 // Command nodelet-shim runs the process provider's sandboxes and container
-// supervisors (pkg/provider/process/sandbox). The nodelet binary can do the
+// supervisors (pkg/providers/process/sandbox). The nodelet binary can do the
 // same, but this one starts in a fraction of the time: it carries none of
 // the agent's client libraries, and a pod starts it several times.
 package main
@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
 func main() {

@@ -22,7 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/app"
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
 func main() {

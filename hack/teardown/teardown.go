@@ -15,8 +15,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/pkg/provider/cri"
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/cri"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 	"github.com/nodelet/nodelet/test/clusteraddons"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
-	"github.com/nodelet/nodelet/pkg/provider/cri"
-	"github.com/nodelet/nodelet/pkg/provider/process"
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/cri"
+	"github.com/nodelet/nodelet/pkg/providers/process"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
 // hostProvider makes the provider of the one node whose pods run on this

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
-	"github.com/nodelet/nodelet/pkg/provider/sim"
+	"github.com/nodelet/nodelet/pkg/providers/sim"
 )
 
 // providerFunc makes the provider of each node as cfg.Provider says: the

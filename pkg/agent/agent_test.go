@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodelet/nodelet/pkg/config"
-	"github.com/nodelet/nodelet/pkg/provider/sim"
+	"github.com/nodelet/nodelet/pkg/providers/sim"
 	"github.com/nodelet/nodelet/pkg/server"
 )
 

@@ -31,7 +31,7 @@ func TestImportsReadOneWay(t *testing.T) {
 	}
 	loops := []string{"pkg/node", "pkg/pod", "pkg/staticpod", "pkg/eviction", "pkg/nodeshutdown", "pkg/server",
 		"pkg/stats", "pkg/attachdetach", "pkg/config", "pkg/nodecert"}
-	providers := []string{"pkg/provider/cri", "pkg/provider/process", "pkg/provider/sim"}
+	providers := []string{"pkg/providers/cri", "pkg/providers/process", "pkg/providers/sim"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {
 			if why := forbidden(pkg, dep, loops, providers); why != "" {
@@ -62,7 +62,7 @@ func forbidden(pkg, dep string, loops, providers []string) string {
 		return "a loop talks to providers through the contract only"
 	case under(pkg, providers...) && under(dep, "pkg/node", "pkg/pod", "pkg/staticpod", "pkg/server", "pkg/config", "pkg/agent", "internal/app"):
 		return "a provider runs pods; it does not run the agent's loops"
-	case pkg == "cmd/nodelet" && !under(dep, "internal/app", "pkg/agent", "pkg/config", "pkg/nodeshutdown", "pkg/provider/process/sandbox"):
+	case pkg == "cmd/nodelet" && !under(dep, "internal/app", "pkg/agent", "pkg/config", "pkg/nodeshutdown", "pkg/providers/process/sandbox"):
 		return "the command turns flags and config into an agent; it wires nothing itself"
 	}
 	return ""

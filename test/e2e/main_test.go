@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 	"github.com/nodelet/nodelet/test/fault"
 )
 

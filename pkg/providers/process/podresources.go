@@ -5,7 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/pkg/podrules"
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
 // podResources are a pod cgroup's resources, as the kubelet sets them: the

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/provider/process/sandbox"
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
 func securityPod(psc *corev1.PodSecurityContext, csc *corev1.SecurityContext) *corev1.Pod {
