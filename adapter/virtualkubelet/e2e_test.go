@@ -1,14 +1,9 @@
 package virtualkubelet_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,7 +28,7 @@ func TestVirtualKubeletProviderOnARealControlPlane(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
-	bin := filepath.Join(repoRoot(t), "bin", "controlplane")
+	bin := filepath.Join(fault.RepoRoot(t), "bin", "controlplane")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v: run make build first", err)
 	}
@@ -49,24 +44,24 @@ func TestVirtualKubeletProviderOnARealControlPlane(t *testing.T) {
 			t.Logf("control plane logs kept in %s", cp.Dir)
 		}
 	})
-	k := &kubectl{bin: bin, kubeconfig: cp.Kubeconfig()}
+	k := &fault.Kubectl{Bin: bin, Kubeconfig: cp.Kubeconfig()}
 
-	suffix := randSuffix(t)
+	suffix := fault.RandSuffix(t)
 	node := "vk-" + suffix
 	tiny := runAgent(t, k, cp, node)
 
-	eventually(t, 60*time.Second, "node Ready as the provider describes it", func() (bool, string) {
-		out, err := k.run("", "get", "node", node, "-o",
+	fault.Eventually(t, 60*time.Second, "node Ready as the provider describes it", func() (bool, string) {
+		out, err := k.Run("", "get", "node", node, "-o",
 			`jsonpath={.status.conditions[?(@.type=="Ready")].reason} {.status.capacity.pods} {.status.addresses[?(@.type=="InternalIP")].address} {.status.nodeInfo.containerRuntimeVersion}`)
 		return err == nil && out == "TinyProviderReady 110 127.0.0.1 tiny://v1", fmt.Sprintf("%q, %v", out, err)
 	})
 
 	ns := "vk-e2e-" + suffix
-	if _, err := k.run("", "create", "namespace", ns); err != nil {
+	if _, err := k.Run("", "create", "namespace", ns); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := k.run("", "delete", "namespace", ns, "--ignore-not-found", "--timeout=90s"); err != nil {
+		if _, err := k.Run("", "delete", "namespace", ns, "--ignore-not-found", "--timeout=90s"); err != nil {
 			t.Errorf("clean up: %v", err)
 		}
 	})
@@ -88,30 +83,30 @@ spec:
     resources:
       requests: {cpu: 100m, memory: 64Mi}
 `, ns, node)
-	eventually(t, 30*time.Second, "pod created (once the namespace's service account exists)", func() (bool, string) {
-		out, err := k.run(manifest, "apply", "-f", "-")
+	fault.Eventually(t, 30*time.Second, "pod created (once the namespace's service account exists)", func() (bool, string) {
+		out, err := k.Run(manifest, "apply", "-f", "-")
 		return err == nil, fmt.Sprint(out, err)
 	})
-	eventually(t, 60*time.Second, "pod Running on the node, with the provider's status", func() (bool, string) {
-		out, err := k.run("", "get", "pod", "-n", ns, "hello", "-o",
+	fault.Eventually(t, 60*time.Second, "pod Running on the node, with the provider's status", func() (bool, string) {
+		out, err := k.Run("", "get", "pod", "-n", ns, "hello", "-o",
 			`jsonpath={.spec.nodeName} {.status.phase} {.status.podIP} {.status.containerStatuses[0].containerID}`)
 		want := fmt.Sprintf("%s Running 10.244.0.7 tiny://%s/hello/app", node, ns)
 		return err == nil && out == want, fmt.Sprintf("%q, %v", out, err)
 	})
 
-	eventually(t, 30*time.Second, "kubectl logs shows the provider's log", func() (bool, string) {
-		out, err := k.run("", "logs", "-n", ns, "hello")
+	fault.Eventually(t, 30*time.Second, "kubectl logs shows the provider's log", func() (bool, string) {
+		out, err := k.Run("", "logs", "-n", ns, "hello")
 		return err == nil && out == tinyLogLine(ns, "hello", "app"), fmt.Sprintf("%q, %v", out, err)
 	})
-	out, err := k.run("", "exec", "-n", ns, "hello", "--", "echo", "hi")
+	out, err := k.Run("", "exec", "-n", ns, "hello", "--", "echo", "hi")
 	if want := tinyExecOutput(ns, "hello", "app", []string{"echo", "hi"}); err != nil || out != want {
 		t.Errorf("kubectl exec hello -- echo hi: %q, %v; want %q", out, err, want)
 	}
 
-	if _, err := k.run("", "delete", "pod", "-n", ns, "hello", "--timeout=60s"); err != nil {
+	if _, err := k.Run("", "delete", "pod", "-n", ns, "hello", "--timeout=60s"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := k.run("", "get", "pod", "-n", ns, "hello"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if out, err := k.Run("", "get", "pod", "-n", ns, "hello"); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Errorf("pod after kubectl delete: %q, %v; want NotFound", out, err)
 	}
 	if pods, _ := tiny.GetPods(context.Background()); len(pods) != 0 {
@@ -124,10 +119,10 @@ spec:
 // 127.0.0.1 trusting the control plane's client CA, and returns the
 // provider. The agent stops, and its Node and Lease are deleted, when the
 // test ends.
-func runAgent(t *testing.T, k *kubectl, cp *fault.ControlPlane, node string) *tinyProvider {
+func runAgent(t *testing.T, k *fault.Kubectl, cp *fault.ControlPlane, node string) *tinyProvider {
 	t.Helper()
 	const address = "127.0.0.1"
-	port := freePort(t)
+	port := int32(fault.FreePort(t))
 	tiny := newTinyProvider(node, address, port, agent.Version)
 	a, err := agent.New(agent.One(node),
 		func(*agent.Env) (agent.Provider, error) {
@@ -157,91 +152,10 @@ func runAgent(t *testing.T, k *kubectl, cp *fault.ControlPlane, node string) *ti
 			{"delete", "node", node, "--ignore-not-found"},
 			{"delete", "lease", "-n", corev1.NamespaceNodeLease, node, "--ignore-not-found"},
 		} {
-			if _, err := k.run("", args...); err != nil {
+			if _, err := k.Run("", args...); err != nil {
 				t.Errorf("clean up: %v", err)
 			}
 		}
 	})
 	return tiny
-}
-
-// kubectl runs the control plane's kubectl.
-type kubectl struct {
-	bin, kubeconfig string
-}
-
-// run runs kubectl with stdin and returns its standard output; the error
-// carries its standard error.
-func (k *kubectl) run(stdin string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, k.bin, append([]string{"kubectl", "--kubeconfig", k.kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
-// eventually polls cond until it holds, failing the test after timeout with
-// what cond saw last.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %s; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// repoRoot walks up from the working directory to nodelet's go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(data, []byte("module github.com/nodelet/nodelet\n")) {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal(errors.New("no go.mod of github.com/nodelet/nodelet above the working directory"))
-		}
-		dir = parent
-	}
-}
-
-// freePort is a TCP port of 127.0.0.1 nothing listens on right now.
-func freePort(t *testing.T) int32 {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return int32(l.Addr().(*net.TCPAddr).Port)
-}
-
-// randSuffix is 5 random lowercase letters and digits.
-func randSuffix(t *testing.T) string {
-	t.Helper()
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, 5)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }

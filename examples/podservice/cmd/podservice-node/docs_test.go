@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 // The documentation shows this command whole: docs/providers.md, "A whole
@@ -14,7 +16,7 @@ func TestDocsShowThisCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := filepath.Join(repoRoot(t), "docs", "providers.md")
+	docs := filepath.Join(fault.RepoRoot(t), "docs", "providers.md")
 	text, err := os.ReadFile(docs)
 	if err != nil {
 		t.Fatal(err)

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,7 +28,7 @@ func TestPodThroughTheServiceOnARealControlPlane(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
-	root := repoRoot(t)
+	root := fault.RepoRoot(t)
 	bin := filepath.Join(root, "bin", "controlplane")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%v: run make build first", err)
@@ -50,18 +45,18 @@ func TestPodThroughTheServiceOnARealControlPlane(t *testing.T) {
 			t.Logf("control plane logs kept in %s", cp.Dir)
 		}
 	})
-	k := &kubectl{bin: bin, kubeconfig: cp.Kubeconfig()}
+	k := &fault.Kubectl{Bin: bin, Kubeconfig: cp.Kubeconfig()}
 
 	svc := fakeservice.New(fakeservice.Options{})
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 
 	// The node, as the command runs it.
-	suffix := randSuffix(t)
+	suffix := fault.RandSuffix(t)
 	node := "podservice-" + suffix
 	args := []string{
 		"--kubeconfig", cp.Kubeconfig(), "--node-name", node, "--service-url", srv.URL,
-		"--address", "127.0.0.1", "--port", strconv.Itoa(freePort(t)),
+		"--address", "127.0.0.1", "--port", strconv.Itoa(fault.FreePort(t)),
 		"--client-ca-file", filepath.Join(cp.Dir, "pki", "ca.crt"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -81,24 +76,24 @@ func TestPodThroughTheServiceOnARealControlPlane(t *testing.T) {
 			{"delete", "node", node, "--ignore-not-found"},
 			{"delete", "lease", "-n", corev1.NamespaceNodeLease, node, "--ignore-not-found"},
 		} {
-			if _, err := k.run("", args...); err != nil {
+			if _, err := k.Run("", args...); err != nil {
 				t.Errorf("clean up: %v", err)
 			}
 		}
 	})
 
-	eventually(t, 60*time.Second, "node Ready with the service's capacity", func() (bool, string) {
-		out, err := k.run("", "get", "node", node, "-o",
+	fault.Eventually(t, 60*time.Second, "node Ready with the service's capacity", func() (bool, string) {
+		out, err := k.Run("", "get", "node", node, "-o",
 			`jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.capacity.pods} {.status.addresses[?(@.type=="InternalIP")].address}`)
 		return err == nil && out == "True 110 127.0.0.1", fmt.Sprint(out, err)
 	})
 
 	ns := "podservice-e2e-" + suffix
-	if _, err := k.run("", "create", "namespace", ns); err != nil {
+	if _, err := k.Run("", "create", "namespace", ns); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := k.run("", "delete", "namespace", ns, "--ignore-not-found", "--timeout=90s"); err != nil {
+		if _, err := k.Run("", "delete", "namespace", ns, "--ignore-not-found", "--timeout=90s"); err != nil {
 			t.Errorf("clean up: %v", err)
 		}
 	})
@@ -120,16 +115,16 @@ spec:
     resources:
       requests: {cpu: 100m, memory: 64Mi}
 `, ns, node)
-	eventually(t, 30*time.Second, "pod created (once the namespace's service account exists)", func() (bool, string) {
-		out, err := k.run(manifest, "apply", "-f", "-")
+	fault.Eventually(t, 30*time.Second, "pod created (once the namespace's service account exists)", func() (bool, string) {
+		out, err := k.Run(manifest, "apply", "-f", "-")
 		return err == nil, fmt.Sprint(out, err)
 	})
 
-	eventually(t, 60*time.Second, "pod Running", func() (bool, string) {
-		out, err := k.run("", "get", "pod", "-n", ns, "hello", "-o", "jsonpath={.status.phase}")
+	fault.Eventually(t, 60*time.Second, "pod Running", func() (bool, string) {
+		out, err := k.Run("", "get", "pod", "-n", ns, "hello", "-o", "jsonpath={.status.phase}")
 		return err == nil && out == "Running", fmt.Sprint(out, err)
 	})
-	out, err := k.run("", "get", "pod", "-n", ns, "hello", "-o", "json")
+	out, err := k.Run("", "get", "pod", "-n", ns, "hello", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,15 +134,15 @@ spec:
 	}
 	checkRunning(t, &pod, node, svc)
 
-	eventually(t, 30*time.Second, "kubectl logs shows the service's log", func() (bool, string) {
-		out, err := k.run("", "logs", "-n", ns, "hello")
+	fault.Eventually(t, 30*time.Second, "kubectl logs shows the service's log", func() (bool, string) {
+		out, err := k.Run("", "logs", "-n", ns, "hello")
 		return err == nil && out == fakeservice.LogLine(ns, "hello", "app"), fmt.Sprint(out, err)
 	})
 
-	if _, err := k.run("", "delete", "pod", "-n", ns, "hello", "--timeout=60s"); err != nil {
+	if _, err := k.Run("", "delete", "pod", "-n", ns, "hello", "--timeout=60s"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := k.run("", "get", "pod", "-n", ns, "hello"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if out, err := k.Run("", "get", "pod", "-n", ns, "hello"); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Errorf("pod after kubectl delete: %q, %v; want NotFound", out, err)
 	}
 	if _, ok := svc.Pod(ns, "hello"); ok {
@@ -192,85 +187,4 @@ func checkRunning(t *testing.T, pod *corev1.Pod, node string, svc *fakeservice.S
 	if len(s.ContainerStatuses) != 1 || !s.ContainerStatuses[0].Ready || s.ContainerStatuses[0].State.Running == nil {
 		t.Errorf("container statuses %+v, want app ready and running", s.ContainerStatuses)
 	}
-}
-
-// kubectl runs the control plane's kubectl.
-type kubectl struct {
-	bin, kubeconfig string
-}
-
-// run runs kubectl with stdin and returns its standard output; the error
-// carries its standard error.
-func (k *kubectl) run(stdin string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, k.bin, append([]string{"kubectl", "--kubeconfig", k.kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
-// eventually polls cond until it holds, failing the test after timeout
-// with what cond saw last.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %s; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// repoRoot walks up from the working directory to nodelet's go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(data, []byte("module github.com/nodelet/nodelet\n")) {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal(errors.New("no go.mod of github.com/nodelet/nodelet above the working directory"))
-		}
-		dir = parent
-	}
-}
-
-// freePort is a TCP port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// randSuffix is 5 random lowercase letters and digits.
-func randSuffix(t *testing.T) string {
-	t.Helper()
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, 5)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
