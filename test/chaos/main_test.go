@@ -20,7 +20,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,7 +251,7 @@ func startAgent(t *testing.T, nodeName string, o agentOptions) *node {
 		args = append(args, "--nodes", strconv.Itoa(o.nodes))
 	}
 	if o.provider != "sim" {
-		args = append(args, "--port", strconv.Itoa(freePort(t)), "--client-ca-file", filepath.Join(cp.Dir, "pki", "ca.crt"),
+		args = append(args, "--port", strconv.Itoa(fault.FreePort(t)), "--client-ca-file", filepath.Join(cp.Dir, "pki", "ca.crt"),
 			fault.MemoryEvictionOnly)
 	}
 	n := &node{Agent: &fault.Agent{Bin: filepath.Join(root, "bin/nodelet"), Args: append(args, o.extra...), LogDir: logDir},
@@ -335,16 +334,6 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // limit is the range a count of a scenario's row must fall in; the zero

@@ -98,7 +98,7 @@ func startCRINodelet(t *testing.T, node string, extra ...string) *criAgent {
 	})
 	args := append([]string{"--provider", "cri", "--container-runtime-endpoint", env.Endpoint(),
 		"--root-dir", rootDir, "--pod-logs-dir", c.logsDir,
-		"--port", strconv.Itoa(freePort(t)), "--client-ca-file", ca, "--address", hostIP(t), fault.MemoryEvictionOnly}, nodeIdentity(t, node, kubeconfig, rootDir)...)
+		"--port", strconv.Itoa(fault.FreePort(t)), "--client-ca-file", ca, "--address", hostIP(t), fault.MemoryEvictionOnly}, nodeIdentity(t, node, kubeconfig, rootDir)...)
 	args = append(args, extra...)
 	c.agent = startNodelet(t, node, args...)
 	waitReady(t, node, time.Minute)

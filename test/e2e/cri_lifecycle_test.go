@@ -9,6 +9,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 func TestCRIAttachTTYAndDebug(t *testing.T) {
@@ -151,7 +153,7 @@ func TestCRINoRuntimeAtEndpoint(t *testing.T) {
 	socket := t.TempDir() + "/none.sock"
 	ca := filepath.Join(filepath.Dir(kubeconfig), "pki", "ca.crt")
 	a := startNodelet(t, node, "--provider", "cri", "--container-runtime-endpoint", "unix://"+socket,
-		"--root-dir", t.TempDir(), "--pod-logs-dir", t.TempDir(), "--port", fmt.Sprint(freePort(t)),
+		"--root-dir", t.TempDir(), "--pod-logs-dir", t.TempDir(), "--port", fmt.Sprint(fault.FreePort(t)),
 		"--client-ca-file", ca, "--address", hostIP(t))
 	eventually(t, time.Minute, "node NotReady naming the socket", func() (bool, string) {
 		c, err := nodeCondition(node, "Ready")

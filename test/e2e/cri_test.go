@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodelet/nodelet/test/crienv"
+	"github.com/nodelet/nodelet/test/fault"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -230,7 +231,7 @@ spec:
 	}
 
 	// port-forward to the web container.
-	local := freePort(t)
+	local := fault.FreePort(t)
 	pf := kubectlCmd(context.Background(), "port-forward", "-n", ns, "pod/app", fmt.Sprintf("%d:8080", local))
 	var pfOut syncBuffer
 	pf.Stdout, pf.Stderr = &pfOut, &pfOut

@@ -37,17 +37,6 @@ type processAgent struct {
 	port    int
 }
 
-// freePort is a TCP port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startProcessNodelet runs a process-provider node with its own root dir
 // and kubelet port, trusting the control plane's CA for the API server's
 // kubelet client certificate. When the test ends it checks that nothing of
@@ -62,7 +51,7 @@ func startProcessNodelet(t *testing.T, node string, extra ...string) *processAge
 		t.Skipf("no cluster CA next to the kubeconfig (%v): the API server's kubelet client certificate cannot be verified", err)
 	}
 	rootDir := t.TempDir()
-	port := freePort(t)
+	port := fault.FreePort(t)
 	uids := recordPodUIDs(t, node)
 	t.Cleanup(func() { checkNoLeaks(t, rootDir, uids()) })
 	args := append([]string{"--provider", "process", "--root-dir", rootDir, "--port", strconv.Itoa(port), "--client-ca-file", ca,
@@ -271,7 +260,7 @@ func TestProcessPodLogsExecPortForward(t *testing.T) {
 	ns := newNamespace(t)
 	t.Cleanup(func() { deletePods(t, ns) })
 	kubectl(t, "create", "configmap", "-n", ns, "app", "--from-literal=key=value-from-configmap")
-	httpPort := freePort(t)
+	httpPort := fault.FreePort(t)
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -346,7 +335,7 @@ spec:
 	}
 
 	// kubectl port-forward reaches the pod's HTTP server.
-	local := freePort(t)
+	local := fault.FreePort(t)
 	pf := exec.Command(filepath.Join(root, "bin/controlplane"), "kubectl", "--kubeconfig", kubeconfig, "port-forward", "-n", ns, "pod/app", fmt.Sprintf("%d:%d", local, httpPort))
 	pf.SysProcAttr = stopWithParent()
 	if err := pf.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 	nodeagent "github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/providertest"
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 // The provider kit (pkg/providertest) against nodelet's own three
@@ -62,7 +63,7 @@ func hostProviderConfig(t *testing.T, provider, node string) (*config.Config, *n
 	cfg.NodeName = node
 	cfg.RootDir = t.TempDir()
 	cfg.Address = hostIP(t)
-	cfg.Port = int32(freePort(t))
+	cfg.Port = int32(fault.FreePort(t))
 	server := &nodeagent.ServerOptions{
 		Port:         cfg.Port,
 		Hosts:        []string{node, cfg.Address},

@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 // TestServingCertFromCSR runs the kubelet API with serverTLSBootstrap, as
@@ -46,7 +48,7 @@ func TestServingCertFromCSR(t *testing.T) {
 	kc := serviceAccountKubeconfig(t, ns)
 	t.Cleanup(func() { deleteServingCSRs(t, node) })
 
-	port := freePort(t)
+	port := fault.FreePort(t)
 	cfg := writeFile(t, "nodelet.yaml", "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\nserverTLSBootstrap: true\n")
 	a := startNodelet(t, node, "--kubeconfig", kc, "--config", cfg, "--enable-server",
 		"--port", strconv.Itoa(port), "--address", ip, "--root-dir", t.TempDir())

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/clientcmd"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 // summaryOf reads a node's /stats/summary through the API server's node
@@ -224,7 +226,7 @@ sim:
   usage:
     cpuRequestRatio: 0.2
 `)
-	port := freePort(t)
+	port := fault.FreePort(t)
 	startNodelet(t, fleet, "--config", config, "--nodes", strconv.Itoa(nodes), "--node-labels", "e2e/fleet="+fleet,
 		"--enable-server", "--port", strconv.Itoa(port), "--client-ca-file", ca)
 	ns := newNamespace(t)
