@@ -81,7 +81,6 @@ func NewProvider(cfg *config.Config) (agent.NewProviderFunc, error) {
 func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agent.Option, error) {
 	opts := []agent.Option{
 		agent.WithRootDir(cfg.RootDir),
-		agent.WithVersion(agent.Version),
 		agent.WithClientLimits(cfg.KubeAPIQPS, int(cfg.KubeAPIBurst)),
 		agent.WithContentType(cfg.ContentType),
 		agent.WithNodeOptions(agent.NodeOptions{
