@@ -61,7 +61,9 @@ func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool
 	var first []*corev1.Container
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers, ephemeralContainers(pod)} {
 		for i := range list {
-			if !podrules.IsSidecar(&list[i]) {
+			// A regular container whose own restartPolicy is Always is no
+			// sidecar: only the pod's init containers can be.
+			if !podrules.IsPodSidecar(pod, &list[i]) {
 				first = append(first, &list[i])
 			}
 		}
