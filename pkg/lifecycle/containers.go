@@ -8,168 +8,107 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
-	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
-// step acts on the pod: set-up, active deadline, init containers in order,
-// then the containers.
-func (w *podWorker) step(ctx context.Context) time.Duration {
-	w.mu.Lock()
-	pod, failed, evict := w.pod, w.failReason != "", w.evictReq
-	w.evictReq = nil
-	w.mu.Unlock()
-	if evict != nil && !failed {
-		w.evict(ctx, evict)
+// step carries out one step of a pod that is not being deleted, as plan
+// says, and says when to look again (0: when something happens). It
+// decides nothing itself: once it has set up the sandbox, it has
+// computeContainerActions decide the containers against the new one.
+func (w *podWorker) step(ctx context.Context, plan podActions) time.Duration {
+	switch {
+	case plan.evict != nil:
+		w.evict(ctx, plan.evict, plan.stop)
 		return 0
-	}
-	if failed {
+	case plan.failed:
 		w.stopProbes()
 		return 0
 	}
-	if ready, retry := w.setUp(ctx, pod); !ready {
+	if ready, retry := w.setUp(ctx, plan); !ready {
 		return retry
 	}
-	now := w.deps.clock.Now()
-	var next time.Duration
-	if d := pod.Spec.ActiveDeadlineSeconds; d != nil {
-		deadline := w.startTime.Add(time.Duration(*d) * time.Second)
-		if !now.Before(deadline) {
-			w.exceedDeadline(ctx, *d)
-			return 0
-		}
-		next = deadline.Sub(now)
+	if plan.setUp == setUpNow {
+		w.mu.Lock()
+		v := w.viewOfLocked(plan.pod)
+		w.mu.Unlock()
+		plan = computeContainerActions(v, w.deps.clock.Now())
 	}
-	soonest := func(d time.Duration) {
-		if d > 0 && (next == 0 || d < next) {
-			next = d
-		}
+	if plan.deadlineExceeded {
+		w.exceedDeadline(ctx, *plan.pod.Spec.ActiveDeadlineSeconds, plan.stop)
+		return 0
 	}
+	return w.execute(ctx, plan)
+}
 
-	w.mu.Lock()
-	appsDone := w.regularDoneLocked(pod, w.sandbox)
-	w.mu.Unlock()
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		st, ok := w.sandbox.Container(c.Name)
-		if podrules.IsSidecar(c) {
-			// A sidecar lets the next container start once it has started
-			// (its startup probe passed), and runs as long as the app
-			// containers do; it is restarted whatever the pod's policy.
-			switch {
-			case !ok:
-				soonest(w.startContainer(ctx, pod, c, 0))
-				return next
-			case st.State == StateRunning:
-				w.syncProbes(ctx, pod, c, st)
-				w.resize(ctx, pod, c, st)
-				if !w.hasStarted(c.Name) {
-					return next
-				}
-			case w.lost(c.Name, st):
-				soonest(w.restartLost(ctx, pod, c, st))
-				return next
-			default:
-				w.syncProbes(ctx, pod, c, st)
-				if !appsDone {
-					soonest(w.restartAfterBackOff(ctx, pod, c, st))
-				}
-				if !startedAfter(pod, i, w.sandbox) {
-					// Exited before the pod got further: what follows
-					// waits for it to run again and start.
-					return next
-				}
-			}
-			continue
-		}
-		switch {
-		case !ok:
-			soonest(w.startContainer(ctx, pod, c, 0))
-			return next
-		case st.State == StateRunning:
-			w.syncProbes(ctx, pod, c, st)
-			return next
-		case w.lost(c.Name, st):
-			soonest(w.restartLost(ctx, pod, c, st))
-			return next
-		case st.ExitCode == 0:
-			w.syncProbes(ctx, pod, c, st)
-			continue
-		case !restarts(pod, c, true, st.ExitCode):
-			return next // the pod has failed
-		default:
-			soonest(w.restartAfterBackOff(ctx, pod, c, st))
+// execute carries out the containers' actions of plan in order, then stops
+// the sidecars if it says so. It returns when to look again: the plan's
+// next, or sooner when an action is to be tried again sooner.
+func (w *podWorker) execute(ctx context.Context, plan podActions) time.Duration {
+	next := plan.next
+	for _, act := range plan.containers {
+		retry, goOn := w.carryOut(ctx, plan.pod, act)
+		next = sooner(next, retry)
+		if !goOn {
 			return next
 		}
 	}
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		st, ok := w.sandbox.Container(c.Name)
-		if !ok {
-			soonest(w.startContainer(ctx, pod, c, 0))
-			continue
-		}
-		w.syncProbes(ctx, pod, c, st)
-		if st.State == StateRunning {
-			if !w.restartForImage(ctx, pod, c, st) {
-				w.resize(ctx, pod, c, st)
-			}
-		} else if w.lost(c.Name, st) {
-			soonest(w.restartLost(ctx, pod, c, st))
-		} else if restarts(pod, c, false, st.ExitCode) {
-			soonest(w.restartAfterBackOff(ctx, pod, c, st))
-		}
-	}
-	for _, c := range ephemeralContainers(pod) {
-		// An ephemeral container runs once, never restarted.
-		if _, ok := w.sandbox.Container(c.Name); !ok {
-			soonest(w.startContainer(ctx, pod, &c, 0))
-		}
-	}
-	if appsDone {
-		// The app containers are done for good: the sidecars stop too,
-		// the last started first.
-		w.stopSidecars(ctx, gracePeriod(pod))
+	if plan.stopSidecars != nil {
+		w.stop(ctx, plan.stopSidecars)
 	}
 	return next
 }
 
-// resize gives a running container the resources its spec now has (an
-// in-place resize): through the runtime, or by restarting it when its
-// resize policy asks for that for a changed resource or the runtime
-// cannot. The restart is at once and whatever the pod's restart policy,
-// as the kubelet's.
-func (w *podWorker) resize(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) {
-	w.mu.Lock()
-	applied := w.containerLocked(c.Name).applied
-	w.mu.Unlock()
-	if applied == nil || equality.Semantic.DeepEqual(*applied, c.Resources) {
-		return
-	}
-	logger := w.logger(ctx).WithValues("container", c.Name)
-	restart := resizeNeedsRestart(c, applied)
-	if !restart {
-		err := w.sandbox.UpdateResources(ctx, pod, c)
-		switch {
-		case errors.Is(err, ErrResizeUnsupported):
-			restart = true
-		case err != nil:
-			logger.Error(err, "Resizing container failed")
-			w.event(corev1.EventTypeWarning, "ResizeError", "Resizing container %s failed: %v", c.Name, err)
-			return // tried again at the next sync
-		default:
-			logger.V(2).Info("Resized container", "resources", c.Resources)
-			w.mu.Lock()
-			w.containerLocked(c.Name).applied = c.Resources.DeepCopy()
-			w.mu.Unlock()
-			return
+// carryOut does one action on a container against the runtime. It returns
+// when to try again (0: no need), and whether to go on with the plan.
+func (w *podWorker) carryOut(ctx context.Context, pod *corev1.Pod, act containerAction) (time.Duration, bool) {
+	c, st := act.container, act.latest
+	switch act.kind {
+	case actStart:
+		if act.newImage {
+			w.countBackOffFrom(c.Name, act.attempt)
 		}
+		return w.startContainer(ctx, pod, c, act.attempt), true
+	case actRestartLost:
+		return w.restartLost(ctx, pod, c, st), true
+	case actWaitBackOff:
+		w.waitBackOff(ctx, pod, c, st, act.backOff)
+	case actSyncProbes:
+		w.syncProbes(ctx, pod, c, st)
+	case actResize:
+		w.resize(ctx, pod, c, st)
+	case actRestartToResize:
+		w.restartNow(ctx, pod, c, st, "to resize it")
+	case actRestartForImage:
+		w.restartForImage(ctx, pod, c, st)
+	case actGoOnIfStarted:
+		return 0, w.hasStarted(c.Name)
 	}
-	w.restartNow(ctx, pod, c, st, "to resize it")
+	return 0, true
+}
+
+// resize gives a running container the resources its spec now has, in
+// place through the runtime, or by restarting it when the runtime cannot.
+// The restart is at once and whatever the pod's restart policy, as the
+// kubelet's.
+func (w *podWorker) resize(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) {
+	logger := w.logger(ctx).WithValues("container", c.Name)
+	err := w.sandbox.UpdateResources(ctx, pod, c)
+	switch {
+	case errors.Is(err, ErrResizeUnsupported):
+		w.restartNow(ctx, pod, c, st, "to resize it")
+	case err != nil:
+		logger.Error(err, "Resizing container failed")
+		w.event(corev1.EventTypeWarning, "ResizeError", "Resizing container %s failed: %v", c.Name, err)
+		// tried again at the next sync
+	default:
+		logger.V(2).Info("Resized container", "resources", c.Resources)
+		w.mu.Lock()
+		w.containerLocked(c.Name).applied = c.Resources.DeepCopy()
+		w.mu.Unlock()
+	}
 }
 
 // restartNow stops the running attempt of a container and starts the next
@@ -184,58 +123,20 @@ func (w *podWorker) restartNow(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	w.startContainer(ctx, pod, c, st.Attempt+1)
 }
 
-// restartForImage restarts a running container whose spec now names
-// another image than it was started with, as the kubelet does; its back-off
-// starts over.
-func (w *podWorker) restartForImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) bool {
-	w.mu.Lock()
-	cs := w.containerLocked(c.Name)
-	changed := cs.image != "" && cs.image != c.Image
-	if changed {
-		cs.backOffFrom = st.Attempt + 1
-	}
-	w.mu.Unlock()
-	if !changed {
-		return false
-	}
+// restartForImage restarts a running container with the new image its
+// spec names, as the kubelet does; its back-off starts over.
+func (w *podWorker) restartForImage(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) {
+	w.countBackOffFrom(c.Name, st.Attempt+1)
 	w.event(corev1.EventTypeNormal, "Killing", "Container %s definition changed, will be restarted", c.Name)
 	w.restartNow(ctx, pod, c, st, "for its new image "+c.Image)
-	return true
 }
 
-// resizeNeedsRestart says whether a resource that changed from applied
-// has the RestartContainer resize policy.
-func resizeNeedsRestart(c *corev1.Container, applied *corev1.ResourceRequirements) bool {
-	for _, p := range c.ResizePolicy {
-		if p.RestartPolicy != corev1.RestartContainer {
-			continue
-		}
-		changed := func(list, old corev1.ResourceList) bool {
-			q, ok := list[p.ResourceName]
-			o, had := old[p.ResourceName]
-			return ok != had || q.Cmp(o) != 0
-		}
-		if changed(c.Resources.Requests, applied.Requests) || changed(c.Resources.Limits, applied.Limits) {
-			return true
-		}
-	}
-	return false
-}
-
-// startedAfter says whether a container after the i-th init container, init
-// or regular, ever ran.
-func startedAfter(pod *corev1.Pod, i int, sb Sandbox) bool {
-	for _, c := range pod.Spec.InitContainers[i+1:] {
-		if _, ok := sb.Container(c.Name); ok {
-			return true
-		}
-	}
-	for _, c := range pod.Spec.Containers {
-		if _, ok := sb.Container(c.Name); ok {
-			return true
-		}
-	}
-	return false
+// countBackOffFrom has a container's crash-loop back-off count its
+// attempts from attempt, the first of a new image.
+func (w *podWorker) countBackOffFrom(name string, attempt int) {
+	w.mu.Lock()
+	w.containerLocked(name).backOffFrom = attempt
+	w.mu.Unlock()
 }
 
 // ephemeralContainers are the pod's ephemeral containers (kubectl debug)
@@ -257,22 +158,6 @@ func targetContainer(pod *corev1.Pod, name string) string {
 		}
 	}
 	return ""
-}
-
-// regularDoneLocked tells whether every app container has exited and will
-// not run again.
-func (w *podWorker) regularDoneLocked(pod *corev1.Pod, sb Sandbox) bool {
-	if sb == nil {
-		return false
-	}
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		st, ok := sb.Container(c.Name)
-		if !ok || st.State == StateRunning || w.runsAgainLocked(pod, c, false, st) {
-			return false
-		}
-	}
-	return true
 }
 
 // hasStarted tells whether a running container passed its startup probe
@@ -301,37 +186,21 @@ func (w *podWorker) restartLost(ctx context.Context, pod *corev1.Pod, c *corev1.
 	return w.startContainer(ctx, pod, c, st.Attempt+1)
 }
 
-// restartAfterBackOff restarts an exited container once its back-off has
-// passed; until then it waits in CrashLoopBackOff.
-func (w *podWorker) restartAfterBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus) time.Duration {
+// waitBackOff keeps an exited container waiting in CrashLoopBackOff for
+// its back-off d before the restart; the first time, an Event says so.
+func (w *podWorker) waitBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.Container, st ContainerStatus, d time.Duration) {
 	w.mu.Lock()
 	cs := w.containerLocked(c.Name)
-	if cs.image != "" && cs.image != c.Image {
-		// A new image: the back-off starts over, as the kubelet's.
-		cs.backOffFrom = st.Attempt + 1
-		w.mu.Unlock()
-		return w.startContainer(ctx, pod, c, st.Attempt+1)
-	}
-	from := cs.backOffFrom
+	first := cs.waitingReason != "CrashLoopBackOff"
+	cs.waitingReason = "CrashLoopBackOff"
+	cs.waitingMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, pod.Name, pod.Namespace, pod.UID)
 	w.mu.Unlock()
-	d := backOff(&st, from)
-	at := st.FinishedAt.Add(d)
-	if wait := at.Sub(w.deps.clock.Now()); wait > 0 {
-		w.mu.Lock()
-		cs := w.containerLocked(c.Name)
-		first := cs.waitingReason != "CrashLoopBackOff"
-		cs.waitingReason = "CrashLoopBackOff"
-		cs.waitingMessage = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, c.Name, pod.Name, pod.Namespace, pod.UID)
-		w.mu.Unlock()
-		if first {
-			w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID)
-			// Waiting to restart, the container's status and its logs (also
-			// --previous) read only this attempt: one dead attempt is kept.
-			w.sandbox.RemoveDeadBefore(ctx, c.Name, st.Attempt)
-		}
-		return wait
+	if first {
+		w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", c.Name, pod.Name, pod.Namespace, pod.UID)
+		// Waiting to restart, the container's status and its logs (also
+		// --previous) read only this attempt: one dead attempt is kept.
+		w.sandbox.RemoveDeadBefore(ctx, c.Name, st.Attempt)
 	}
-	return w.startContainer(ctx, pod, c, st.Attempt+1)
 }
 
 // startContainer starts one attempt of a container. It returns when to

@@ -7,6 +7,16 @@
 // computed every time from the runtime's records and the probes, so a
 // restarted agent computes the same one.
 //
+// Each pod has a worker that decides apart from doing, as the kubelet
+// computes a pod's actions before it carries them out: computePodActions
+// (plan.go) is a pure function from a snapshot of the pod (podView, the
+// same the status is computed from) and the time to a plan (podActions):
+// the sandbox to set up or replace, the containers to start, restart,
+// resize or leave in back-off, the containers to stop and in which order,
+// and when to come back. The worker's executor (step, execute) carries the
+// plan out against the Runtime and decides nothing itself, so restart,
+// sidecar and back-off policy change in plan.go alone.
+//
 // What runs the containers is a Runtime (the process provider's host
 // sandboxes, or a CRI runtime); volumes are prepared on the host by package
 // hostvolume (and CSI volumes by package csimount), environments built by

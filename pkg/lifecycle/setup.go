@@ -12,44 +12,51 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
 )
 
-// setUp prepares the pod's volumes and sandbox once, and a sandbox again
-// when it died. It reports whether they are ready, and if not when to try
-// again.
-func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Duration) {
+// setUp carries out what plan says of the pod's volumes and sandbox: a
+// sandbox that does not run is put aside (its records stand for the pod's
+// until a new one is set up), and what is missing is set up. It reports
+// whether they are ready, and if not when to try again.
+func (w *podWorker) setUp(ctx context.Context, plan podActions) (bool, time.Duration) {
 	w.mu.Lock()
-	paths, sb, retryAt := w.volumePaths, w.sandbox, w.setUpRetryAt
-	died := sb != nil && replaceSandbox(sb.Ready(), sb == w.refused, w.regularDoneLocked(pod, sb))
-	if died {
-		// Set up anew, as the kubelet does; until then the dead one's
-		// records are the pod's.
-		w.sandbox, w.dead, sb = nil, sb, nil
+	if plan.replaceSandbox {
+		// Set up anew, as the kubelet does.
+		w.sandbox, w.dead = nil, w.sandbox
 	}
 	w.refused = nil
+	paths, sb := w.volumePaths, w.sandbox
 	w.mu.Unlock()
-	if died {
+	if plan.replaceSandbox {
 		w.event(corev1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
-	if paths != nil && sb != nil {
+	switch plan.setUp {
+	case setUpNone:
 		return true, 0
-	}
-	if wait := retryAt.Sub(w.deps.clock.Now()); wait > 0 {
-		return false, wait
+	case setUpLater:
+		return false, plan.next
 	}
 	if paths == nil {
 		var err error
-		if paths, err = w.setUpVolumes(ctx, pod); err != nil {
+		if paths, err = w.setUpVolumes(ctx, plan.pod); err != nil {
 			return false, w.setUpFailed(ctx, err)
 		}
 	}
 	if sb == nil {
 		var err error
-		sb, err = w.deps.runtime.EnsureSandbox(ctx, SandboxSpec{Pod: pod})
+		sb, err = w.deps.runtime.EnsureSandbox(ctx, SandboxSpec{Pod: plan.pod})
 		if err != nil {
 			w.warnAll("FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return false, w.setUpFailed(ctx, err)
 		}
 	}
+	w.setUpDone(paths, sb)
+	return true, 0
+}
+
+// setUpDone takes the volumes and sandbox set up: a sandbox set up in
+// place of one that died carries the dead one's records.
+func (w *podWorker) setUpDone(paths map[string]string, sb Sandbox) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.sandbox == nil && w.dead != nil {
 		sb, w.dead = replacement{Sandbox: sb, dead: w.dead}, nil
 	}
@@ -60,16 +67,6 @@ func (w *podWorker) setUp(ctx context.Context, pod *corev1.Pod) (bool, time.Dura
 			cs.waitingReason, cs.waitingMessage = "", ""
 		}
 	}
-	w.mu.Unlock()
-	return true, 0
-}
-
-// replaceSandbox decides whether the pod's sandbox is replaced before any
-// container starts: when it does not run (not ready, or a container start
-// found it gone), unless the pod's containers are done for good, whose
-// sandbox is not set up again, as the kubelet's is not.
-func replaceSandbox(ready, refused, done bool) bool {
-	return (!ready || refused) && !done
 }
 
 // setUpVolumes prepares the pod's volumes: its CSI volumes through the CSI

@@ -15,7 +15,9 @@ import (
 // what the runtime recorded about their latest and previous runs, what the
 // probes say, and why a container that does not run is waiting. Nothing
 // in the status is kept anywhere else, so a restarted agent computes the
-// same status from the same records.
+// same status from the same records. The same view is what a step of the
+// pod worker is decided from (computePodActions, in plan.go); the fields
+// only that decision reads say so.
 
 // containerView is what the status of one container is computed from.
 type containerView struct {
@@ -35,6 +37,18 @@ type containerView struct {
 	started, ready bool
 	// applied are the resources the running attempt has, if known.
 	applied *corev1.ResourceRequirements
+
+	// For the decision only:
+	// lost: the latest attempt exited as one the runtime lost track of.
+	lost bool
+	// image is the image the agent last started the container with (""
+	// for an attempt it did not start); backOffFrom is the first attempt
+	// of that image, from which its back-off counts.
+	image       string
+	backOffFrom int
+	// probing: the probes run for the latest attempt, so started is
+	// theirs; otherwise a probe sync starts them afresh.
+	probing bool
 }
 
 // podView is what a pod's status is computed from.
@@ -59,6 +73,21 @@ type podView struct {
 	conditions              []corev1.PodCondition
 	// terminated: the pod was deleted and everything of it stopped.
 	terminated bool
+	// appsDone: every app container exited and will not run again.
+	appsDone bool
+
+	// For the decision only:
+	// deleting: the pod is deleted; its containers stop within grace.
+	deleting bool
+	grace    time.Duration
+	// evict is an eviction the node asked for, not carried out yet.
+	evict *Eviction
+	// sandboxSetUp: the pod has a sandbox (sandbox says whether it runs);
+	// sandboxRefused: a container start found it gone. volumesReady: the
+	// volumes are set up. setUpRetryAt: when a set-up that failed is due
+	// again.
+	sandboxSetUp, sandboxRefused, volumesReady bool
+	setUpRetryAt                               time.Time
 }
 
 func terminatedState(uid types.UID, st *ContainerStatus) *corev1.ContainerStateTerminated {

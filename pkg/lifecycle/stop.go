@@ -9,17 +9,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
-	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
-// exceedDeadline stops the pod's containers and fails it: it was active
-// longer than activeDeadlineSeconds.
-func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
+// exceedDeadline stops the pod's containers as stop says and fails it: it
+// was active longer than activeDeadlineSeconds.
+func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64, stop *stopActions) {
 	msg := fmt.Sprintf("Pod was active on the node longer than the specified deadline (%ds)", seconds)
 	w.event(corev1.EventTypeNormal, "DeadlineExceeded", "%s", msg)
 	w.stopProbes()
-	w.stopAll(ctx, gracePeriod(w.spec()), false)
+	w.stop(ctx, stop)
 	w.mu.Lock()
 	w.failReason, w.failMessage = "DeadlineExceeded", msg
 	w.mu.Unlock()
@@ -31,12 +30,12 @@ func (w *podWorker) exceedDeadline(ctx context.Context, seconds int64) {
 // Eviction says how to stop and fail a pod the node evicts.
 type Eviction = provider.Eviction
 
-// evict stops the pod's containers, hooks included, within the eviction's
-// grace period and fails the pod for good.
-func (w *podWorker) evict(ctx context.Context, e *Eviction) {
+// evict stops the pod's containers as stop says (hooks included, within
+// the eviction's grace period) and fails the pod for good.
+func (w *podWorker) evict(ctx context.Context, e *Eviction, stop *stopActions) {
 	w.logger(ctx).Info("Evicting pod", "reason", e.Reason, "message", e.Message, "grace", e.Grace)
 	w.stopProbes()
-	w.stopAll(ctx, e.Grace, true)
+	w.stop(ctx, stop)
 	w.mu.Lock()
 	w.failReason, w.failMessage = e.Reason, e.Message
 	w.failConditions = e.Conditions
@@ -46,48 +45,19 @@ func (w *podWorker) evict(ctx context.Context, e *Eviction) {
 	}
 }
 
-// stopAll runs the preStop hooks of the running containers (when hooks is
-// set) and stops them, all within grace: the app containers (and a running
-// init container) first, together, then the sidecars one by one, the last
-// started first.
-func (w *podWorker) stopAll(ctx context.Context, grace time.Duration, hooks bool) {
+// stop carries out s: it runs the preStop hooks of the running containers
+// of its groups (when s.hooks is set) and stops them, group after group,
+// all within s.grace.
+func (w *podWorker) stop(ctx context.Context, s *stopActions) {
 	w.mu.Lock()
-	sb, pod := w.sandbox, w.pod
+	sb := w.sandbox
 	w.mu.Unlock()
 	if sb == nil {
 		return
 	}
-	deadline := w.deps.clock.Now().Add(grace)
-	var first []*corev1.Container
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers, ephemeralContainers(pod)} {
-		for i := range list {
-			// A regular container whose own restartPolicy is Always is no
-			// sidecar: only the pod's init containers can be.
-			if !podrules.IsPodSidecar(pod, &list[i]) {
-				first = append(first, &list[i])
-			}
-		}
-	}
-	w.stopContainers(ctx, sb, first, deadline, hooks)
-	w.stopSidecarsBy(ctx, sb, pod, deadline, hooks)
-}
-
-// stopSidecars stops the running sidecars, the last started first, with
-// their preStop hooks, within grace.
-func (w *podWorker) stopSidecars(ctx context.Context, grace time.Duration) {
-	w.mu.Lock()
-	sb, pod := w.sandbox, w.pod
-	w.mu.Unlock()
-	if sb != nil {
-		w.stopSidecarsBy(ctx, sb, pod, w.deps.clock.Now().Add(grace), true)
-	}
-}
-
-func (w *podWorker) stopSidecarsBy(ctx context.Context, sb Sandbox, pod *corev1.Pod, deadline time.Time, hooks bool) {
-	for i := len(pod.Spec.InitContainers) - 1; i >= 0; i-- {
-		if c := &pod.Spec.InitContainers[i]; podrules.IsSidecar(c) {
-			w.stopContainers(ctx, sb, []*corev1.Container{c}, deadline, hooks)
-		}
+	deadline := w.deps.clock.Now().Add(s.grace)
+	for _, group := range s.groups {
+		w.stopContainers(ctx, sb, group, deadline, s.hooks)
 	}
 }
 
@@ -135,14 +105,15 @@ func (w *podWorker) stopContainers(ctx context.Context, sb Sandbox, cs []*corev1
 	wg.Wait()
 }
 
-// terminate stops a deleted pod within its grace period, removes its
-// sandbox, volumes and state, reports its final status and forgets it.
-func (w *podWorker) terminate(ctx context.Context) error {
+// terminate stops a deleted pod's containers as stop says (within its
+// grace period), removes its sandbox, volumes and state, reports its final
+// status and forgets it.
+func (w *podWorker) terminate(ctx context.Context, stop *stopActions) error {
 	w.stopProbes()
 	w.mu.Lock()
-	grace, pod := w.grace, w.pod
+	pod := w.pod
 	w.mu.Unlock()
-	w.stopAll(ctx, grace, true)
+	w.stop(ctx, stop)
 	if err := ctx.Err(); err != nil {
 		return err // the agent is stopping: the next one goes on from here
 	}

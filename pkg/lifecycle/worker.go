@@ -32,16 +32,6 @@ const (
 	csiMaxBackOff = time.Minute
 )
 
-// backOff is the wait before the restart of a container that exited after
-// the run st, its attempt-th restart: the kubelet's crash-loop back-off
-// (podrules.RestartBackOff), counting the attempts since the from-th, when
-// the container's spec last changed. The first exit since then, or after a
-// long run, restarts at once; the next waits 10 s, doubling each time up to
-// 5 min.
-func backOff(st *ContainerStatus, from int) time.Duration {
-	return podrules.RestartBackOff(st.Attempt-from, st.FinishedAt.Sub(st.StartedAt))
-}
-
 // workerDeps are the parts every pod worker of a node shares.
 type workerDeps struct {
 	ctx         context.Context // the workers' life
@@ -307,20 +297,23 @@ func (w *podWorker) run(ctx context.Context) {
 
 // sync brings the pod one step closer to what it should be, reports its
 // status, and says when it wants to look again (0: when something
-// happens).
+// happens). What to do is decided from a snapshot of the pod
+// (computePodActions); step and terminate carry it out.
 func (w *podWorker) sync(ctx context.Context) time.Duration {
 	w.mu.Lock()
-	deleting := w.deleting
+	v := w.viewLocked()
+	v.evict, w.evictReq = w.evictReq, nil
 	w.mu.Unlock()
-	if deleting {
+	plan := computePodActions(v, w.deps.clock.Now())
+	if plan.terminate {
 		w.report() // not ready while it terminates
-		if err := w.terminate(ctx); err != nil {
+		if err := w.terminate(ctx, plan.stop); err != nil {
 			w.logger(ctx).Error(err, "Terminating pod failed; retrying")
 			return retryAfter
 		}
 		return 0
 	}
-	next := w.step(ctx)
+	next := w.step(ctx, plan)
 	w.report()
 	return next
 }
@@ -346,56 +339,69 @@ func (w *podWorker) report() {
 	}
 }
 
-func (w *podWorker) viewLocked() *podView {
+func (w *podWorker) viewLocked() *podView { return w.viewOfLocked(w.pod) }
+
+// viewOfLocked is the view of the pod with the spec pod: what its status
+// is computed from, and a step decided from.
+func (w *podWorker) viewOfLocked(pod *corev1.Pod) *podView {
 	v := &podView{
-		pod: w.pod, hostIP: w.deps.address, startTime: w.startTime,
-		sandbox:    w.sandbox != nil && w.sandbox.Ready(),
+		pod: pod, hostIP: w.deps.address, startTime: w.startTime,
 		failReason: w.failReason, failMessage: w.failMessage, conditions: w.failConditions,
-		terminated: w.gone,
+		terminated: w.gone, deleting: w.deleting, grace: w.grace,
+		sandboxSetUp: w.sandbox != nil, sandboxRefused: w.sandbox != nil && w.sandbox == w.refused,
+		volumesReady: w.volumePaths != nil, setUpRetryAt: w.setUpRetryAt,
 	}
 	if w.sandbox != nil {
+		v.sandbox = w.sandbox.Ready()
 		v.podIPs = w.sandbox.IPs()
 	}
-	v.hostNetwork = w.pod.Spec.HostNetwork || (w.sandbox != nil && len(v.podIPs) == 0)
+	v.hostNetwork = pod.Spec.HostNetwork || (w.sandbox != nil && len(v.podIPs) == 0)
 	// Until a sandbox that died is replaced, its records are the pod's.
 	records := w.sandbox
 	if records == nil && w.dead != nil {
 		records = w.dead
 	}
-	appsDone := w.regularDoneLocked(w.pod, records)
-	view := func(c *corev1.Container, init bool) containerView {
-		cv := containerView{spec: c, sidecar: init && podrules.IsSidecar(c)}
-		cs := w.containerLocked(c.Name)
-		cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
-		// A terminating pod's containers are not ready, as the kubelet
-		// reports them, whatever their readiness probes said last.
-		cv.started, cv.ready, cv.applied = cs.started, cs.ready && !w.deleting, cs.applied
-		if records != nil {
-			if st, ok := records.Container(c.Name); ok {
-				cv.latest = &st
-				if st.State == StateExited {
-					cv.final = w.gone || w.failReason != "" || !w.runsAgainLocked(w.pod, c, init, st) ||
-						cv.sidecar && appsDone
-				}
-			}
-			if prev, ok := records.Previous(c.Name); ok {
-				cv.previous = &prev
-			}
-		}
-		return cv
+	for i := range pod.Spec.Containers {
+		v.regular = append(v.regular, w.containerViewLocked(pod, &pod.Spec.Containers[i], false, records, false))
 	}
-	for i := range w.pod.Spec.InitContainers {
-		v.init = append(v.init, view(&w.pod.Spec.InitContainers[i], true))
+	v.appsDone = records != nil && appsDone(pod, v.regular)
+	for i := range pod.Spec.InitContainers {
+		v.init = append(v.init, w.containerViewLocked(pod, &pod.Spec.InitContainers[i], true, records, v.appsDone))
 	}
-	for i := range w.pod.Spec.Containers {
-		v.regular = append(v.regular, view(&w.pod.Spec.Containers[i], false))
-	}
-	for _, c := range ephemeralContainers(w.pod) {
-		cv := view(&c, false)
+	for _, c := range ephemeralContainers(pod) {
+		cv := w.containerViewLocked(pod, &c, false, records, false)
 		cv.final = cv.latest != nil && cv.latest.State == StateExited
 		v.ephemeral = append(v.ephemeral, cv)
 	}
 	return v
+}
+
+// containerViewLocked is the view of one container of pod from the
+// runtime's records (none: never started) and what the worker knows of it.
+func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, init bool, records Sandbox, appsDone bool) containerView {
+	cv := containerView{spec: c, sidecar: init && podrules.IsSidecar(c)}
+	cs := w.containerLocked(c.Name)
+	cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
+	// A terminating pod's containers are not ready, as the kubelet
+	// reports them, whatever their readiness probes said last.
+	cv.started, cv.ready, cv.applied = cs.started, cs.ready && !w.deleting, cs.applied
+	cv.image, cv.backOffFrom = cs.image, cs.backOffFrom
+	if records == nil {
+		return cv
+	}
+	if st, ok := records.Container(c.Name); ok {
+		cv.latest = &st
+		cv.probing = cs.probeCancel != nil && cs.probeAttempt == st.Attempt
+		if st.State == StateExited {
+			cv.lost = w.lostLocked(c.Name, st)
+			cv.final = w.gone || w.failReason != "" || !(cv.lost || restarts(pod, c, init, st.ExitCode)) ||
+				cv.sidecar && appsDone
+		}
+	}
+	if prev, ok := records.Previous(c.Name); ok {
+		cv.previous = &prev
+	}
+	return cv
 }
 
 func (w *podWorker) containerLocked(name string) *containerState {
@@ -407,13 +413,6 @@ func (w *podWorker) containerLocked(name string) *containerState {
 	return cs
 }
 
-// runsAgainLocked tells whether the exited attempt st of a container runs
-// again: under the pod's restart policy, or because the runtime lost track
-// of it.
-func (w *podWorker) runsAgainLocked(pod *corev1.Pod, c *corev1.Container, init bool, st ContainerStatus) bool {
-	return w.lostLocked(c.Name, st) || restarts(pod, c, init, st.ExitCode)
-}
-
 // lostLocked tells whether st is an attempt the runtime lost track of, now
 // or when the worker last looked.
 func (w *podWorker) lostLocked(name string, st ContainerStatus) bool {
@@ -422,29 +421,4 @@ func (w *podWorker) lostLocked(name string, st ContainerStatus) bool {
 		cs.lostAttempt = st.Attempt + 1
 	}
 	return cs.lostAttempt == st.Attempt+1
-}
-
-func (w *podWorker) lost(name string, st ContainerStatus) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lostLocked(name, st)
-}
-
-// restarts tells whether a container that exited with code runs again
-// under the pod's restart policy. An init container that succeeded never
-// runs again; a sidecar always does (until the app containers are done).
-func restarts(pod *corev1.Pod, c *corev1.Container, init bool, code int) bool {
-	if init && podrules.IsSidecar(c) {
-		return true
-	}
-	if init && code == 0 {
-		return false
-	}
-	switch pod.Spec.RestartPolicy {
-	case corev1.RestartPolicyNever:
-		return false
-	case corev1.RestartPolicyOnFailure:
-		return code != 0
-	}
-	return true
 }
