@@ -206,7 +206,6 @@ func (w *podWorker) waitBackOff(ctx context.Context, pod *corev1.Pod, c *corev1.
 // startContainer starts one attempt of a container. It returns when to
 // try again if the container cannot start yet.
 func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int) time.Duration {
-	logger := w.logger(ctx).WithValues("container", c.Name)
 	w.mu.Lock()
 	paths := w.volumePaths
 	sb := w.sandbox
@@ -217,43 +216,10 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		// replaces it, then starts the container in the new one.
 		return 0
 	}
-	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable()}
-	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
+	spec, err := w.containerSpec(ctx, pod, c, attempt, paths)
 	if err != nil {
 		w.wait(c, "CreateContainerConfigError", err.Error(), true)
 		return retryAfter
-	}
-	byName := map[string]string{}
-	for _, kv := range vars {
-		k, v, _ := strings.Cut(kv, "=")
-		byName[k] = v
-	}
-	mounts, err := hostvolume.ContainerMounts(pod, c, paths, byName)
-	if err != nil {
-		w.wait(c, "CreateContainerConfigError", err.Error(), true)
-		return retryAfter
-	}
-	command, err := expandArgs(c.Command, byName)
-	if err != nil {
-		w.wait(c, "CreateContainerConfigError", fmt.Sprintf("command: %v", err), true)
-		return retryAfter
-	}
-	args, err := expandArgs(c.Args, byName)
-	if err != nil {
-		w.wait(c, "CreateContainerConfigError", fmt.Sprintf("args: %v", err), true)
-		return retryAfter
-	}
-	spec := ContainerSpec{
-		Pod:             pod,
-		Container:       c,
-		Attempt:         attempt,
-		Command:         command,
-		Args:            args,
-		Env:             vars,
-		TargetContainer: targetContainer(pod, c.Name),
-	}
-	for _, m := range mounts {
-		spec.Mounts = append(spec.Mounts, Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation})
 	}
 	w.mu.Lock()
 	cs := w.containerLocked(c.Name)
@@ -263,43 +229,86 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	cs.image = c.Image
 	w.mu.Unlock()
 	if err := sb.StartContainer(ctx, spec); err != nil {
-		outcome := startFailure(err, ctx.Err() != nil, sb.Ready)
-		switch outcome {
-		case startWaits:
-			var we *WaitError
-			errors.As(err, &we)
-			w.wait(c, we.Reason, we.Message, we.Warn)
-			return we.Retry
-		case startInterrupted:
-			return 0 // the agent is stopping: the next one sees what the sandbox did
-		case startSandboxGone:
-			// No attempt was made: the next step, at once, sets up a new
-			// sandbox and starts the container there, its restarts and last
-			// state as they were.
-			logger.Info("The pod sandbox is gone; starting the container in a new one", "err", err)
-			w.refuse(sb)
-			w.kick()
-			return 0
-		}
-		logger.Error(err, "Starting container failed")
-		w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
-		if outcome == startFailedSandboxDead {
-			// The sandbox is gone (its process died, say with an agent
-			// killed while it started): the next step sets one up anew.
-			w.refuse(sb)
-		}
-		// A runtime that records the failure as an exit wakes the worker;
-		// one that went away during the call (the container may not even
-		// exist) never will: look again after a while in any case.
-		return retryAfter
+		return w.startFailed(ctx, sb, c, err)
 	}
-	logger.V(2).Info("Started container", "attempt", attempt)
+	w.logger(ctx).V(2).Info("Started container", "container", c.Name, "attempt", attempt)
 	w.kick() // look again at once: its probes start, the next container may follow
 	w.event(corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	if h := lifecycleHandler(c, true); h != nil {
 		go w.postStart(ctx, c, attempt, h)
 	}
 	return 0
+}
+
+// containerSpec resolves one attempt of a container: its environment, its
+// mounts from the pod's volumes (at paths), its command and args expanded.
+func (w *podWorker) containerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int, paths map[string]string) (ContainerSpec, error) {
+	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable()}
+	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
+	if err != nil {
+		return ContainerSpec{}, err
+	}
+	byName := map[string]string{}
+	for _, kv := range vars {
+		k, v, _ := strings.Cut(kv, "=")
+		byName[k] = v
+	}
+	mounts, err := hostvolume.ContainerMounts(pod, c, paths, byName)
+	if err != nil {
+		return ContainerSpec{}, err
+	}
+	command, err := expandArgs(c.Command, byName)
+	if err != nil {
+		return ContainerSpec{}, fmt.Errorf("command: %w", err)
+	}
+	args, err := expandArgs(c.Args, byName)
+	if err != nil {
+		return ContainerSpec{}, fmt.Errorf("args: %w", err)
+	}
+	spec := ContainerSpec{
+		Pod: pod, Container: c, Attempt: attempt,
+		Command: command, Args: args, Env: vars,
+		TargetContainer: targetContainer(pod, c.Name),
+	}
+	for _, m := range mounts {
+		spec.Mounts = append(spec.Mounts, Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation})
+	}
+	return spec, nil
+}
+
+// startFailed acts on a container start in sb that failed with err, as
+// startFailure decides, and says when to look again.
+func (w *podWorker) startFailed(ctx context.Context, sb Sandbox, c *corev1.Container, err error) time.Duration {
+	logger := w.logger(ctx).WithValues("container", c.Name)
+	outcome := startFailure(err, ctx.Err() != nil, sb.Ready)
+	switch outcome {
+	case startWaits:
+		var we *WaitError
+		errors.As(err, &we)
+		w.wait(c, we.Reason, we.Message, we.Warn)
+		return we.Retry
+	case startInterrupted:
+		return 0 // the agent is stopping: the next one sees what the sandbox did
+	case startSandboxGone:
+		// No attempt was made: the next step, at once, sets up a new
+		// sandbox and starts the container there, its restarts and last
+		// state as they were.
+		logger.Info("The pod sandbox is gone; starting the container in a new one", "err", err)
+		w.refuse(sb)
+		w.kick()
+		return 0
+	}
+	logger.Error(err, "Starting container failed")
+	w.event(corev1.EventTypeWarning, "Failed", "Error: %v", err)
+	if outcome == startFailedSandboxDead {
+		// The sandbox is gone (its process died, say with an agent
+		// killed while it started): the next step sets one up anew.
+		w.refuse(sb)
+	}
+	// A runtime that records the failure as an exit wakes the worker;
+	// one that went away during the call (the container may not even
+	// exist) never will: look again after a while in any case.
+	return retryAfter
 }
 
 // startOutcome is what a container start that failed calls for.

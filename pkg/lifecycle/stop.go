@@ -117,10 +117,31 @@ func (w *podWorker) terminate(ctx context.Context, stop *stopActions) error {
 	if err := ctx.Err(); err != nil {
 		return err // the agent is stopping: the next one goes on from here
 	}
-	// The final status is computed from the runtime's records, which go
-	// with the sandbox: once it is removed, the status computed last is
-	// kept, also for a restarted agent (saved before the removal; a
-	// failure, say a full disk, does not hold the deletion up).
+	final := w.keepFinalStatus(ctx)
+	if err := w.tearDown(ctx, pod); err != nil {
+		w.mu.Lock()
+		w.gone = false
+		w.mu.Unlock()
+		return err
+	}
+	if err := w.deps.states.remove(pod.UID); err != nil {
+		w.logger(ctx).Error(err, "Removing pod state failed")
+	}
+	w.mu.Lock()
+	w.status = final
+	w.mu.Unlock()
+	w.owner.forget(w)
+	w.owner.published(w.snapshot())
+	w.logger(ctx).V(2).Info("Pod terminated", "phase", final.Phase)
+	return nil
+}
+
+// keepFinalStatus marks the pod's containers stopped for good and returns
+// its final status. The final status is computed from the runtime's
+// records, which go with the sandbox: once it is removed, the status
+// computed last is kept, also for a restarted agent (saved before the
+// removal; a failure, say a full disk, does not hold the deletion up).
+func (w *podWorker) keepFinalStatus(ctx context.Context) corev1.PodStatus {
 	w.mu.Lock()
 	w.gone = true
 	if w.sandbox != nil || w.final == nil {
@@ -137,29 +158,26 @@ func (w *podWorker) terminate(ctx context.Context, stop *stopActions) error {
 	}
 	final := *w.final
 	w.mu.Unlock()
-	notGone := func() {
-		w.mu.Lock()
-		w.gone = false
-		w.mu.Unlock()
-	}
-	// Volumes first: their mounts live in the pod's directory, which the
-	// sandbox's removal deletes. CSI volumes are unpublished before the
-	// volume manager removes the volume directories, and unstaged only once
-	// the sandbox, whose mount namespace holds them too, is gone.
+	return final
+}
+
+// tearDown removes a stopped pod's volumes and sandbox. Volumes first:
+// their mounts live in the pod's directory, which the sandbox's removal
+// deletes. CSI volumes are unpublished before the volume manager removes
+// the volume directories, and unstaged only once the sandbox, whose mount
+// namespace holds them too, is gone.
+func (w *podWorker) tearDown(ctx context.Context, pod *corev1.Pod) error {
 	mounter := w.deps.csi
 	if mounter != nil {
 		if err := mounter.TearDown(ctx, pod.UID); err != nil {
-			notGone()
 			w.unmountFailed(err)
 			return fmt.Errorf("unpublish CSI volumes: %w", err)
 		}
 	}
 	if err := w.deps.volumes.TearDown(ctx, pod); err != nil {
-		notGone()
 		return fmt.Errorf("tear down volumes: %w", err)
 	}
 	if err := w.deps.runtime.RemoveSandbox(ctx, pod.UID); err != nil {
-		notGone()
 		return fmt.Errorf("remove sandbox: %w", err)
 	}
 	w.mu.Lock()
@@ -167,20 +185,10 @@ func (w *podWorker) terminate(ctx context.Context, stop *stopActions) error {
 	w.mu.Unlock()
 	if mounter != nil {
 		if err := mounter.Release(ctx, pod.UID); err != nil {
-			notGone()
 			w.unmountFailed(err)
 			return fmt.Errorf("unstage CSI volumes: %w", err)
 		}
 	}
-	if err := w.deps.states.remove(pod.UID); err != nil {
-		w.logger(ctx).Error(err, "Removing pod state failed")
-	}
-	w.mu.Lock()
-	w.status = final
-	w.mu.Unlock()
-	w.owner.forget(w)
-	w.owner.published(w.snapshot())
-	w.logger(ctx).V(2).Info("Pod terminated", "phase", final.Phase)
 	return nil
 }
 
