@@ -1,0 +1,96 @@
+package pod
+
+import (
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A report is the status a pod should have, as last told: pushed by its
+// provider (provider.PodNotifier), read from its provider by the spec
+// worker (GetPod), or decided by the spec worker (a rejection, a lost pod).
+type report struct {
+	// pod holds the reported pod's namespace, name, UID, annotations
+	// (which tell a static pod) and status: what writing it needs.
+	pod *corev1.Pod
+	// seq numbers the report: it grows with every report of every pod.
+	seq uint64
+}
+
+// reports keeps the newest report of each pod, by key, until the pod
+// leaves the API, as virtual-kubelet keeps the last status received from
+// the provider: the status worker writes it without asking the provider
+// again. It is safe for concurrent use, and its lock is never held across
+// a call, so a provider's push never waits for the API.
+type reports struct {
+	mu   sync.Mutex
+	seq  uint64
+	last map[string]report
+}
+
+func newReports() *reports {
+	return &reports{last: map[string]report{}}
+}
+
+// put keeps pod's status as the newest report of the pod under key: the
+// last one told wins.
+func (r *reports) put(key string, pod *corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	r.last[key] = report{pod: reported(pod), seq: r.seq}
+}
+
+// seed keeps pod's status as the report of the pod under key unless one
+// is kept already. It is for a status read from a provider that pushes:
+// what it pushed is as new, for it pushes every change.
+func (r *reports) seed(key string, pod *corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.last[key]; ok {
+		return
+	}
+	r.seq++
+	r.last[key] = report{pod: reported(pod), seq: r.seq}
+}
+
+// newest returns the newest report of the pod under key.
+func (r *reports) newest(key string) (report, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.last[key]
+	return rep, ok
+}
+
+// drop forgets the report of the pod under key if it is still the one
+// numbered seq: a newer one is kept.
+func (r *reports) drop(key string, seq uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rep, ok := r.last[key]; ok && rep.seq == seq {
+		delete(r.last, key)
+	}
+}
+
+// forget drops the report of the pod under key, whatever it is.
+func (r *reports) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.last, key)
+}
+
+// reported returns what a report keeps of pod. The annotations are shared
+// (a provider's metadata is not to be changed, nor is a report's); the
+// status is the reporter's to give away, as the provider contract says.
+func reported(pod *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: pod.Annotations},
+		Status:     pod.Status,
+	}
+}
+
+// finished tells whether a pod's phase is final.
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
