@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -28,7 +27,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -37,10 +35,12 @@ const NodeNameIndex = "nodeName"
 
 // Options configures a Controller; zero fields take defaults.
 type Options struct {
-	// Workers is how many pods are synced at once.
+	// Workers is how many pods are synced with their providers at once,
+	// and how many pod statuses are written at once.
 	Workers int
 	// StatusPollInterval is how often pods of providers that cannot push
-	// their status (no provider.PodNotifier) are re-synced.
+	// their status (no provider.PodNotifier) are re-synced, which reads
+	// their status.
 	StatusPollInterval time.Duration
 	// Clock is used for polling; tests inject a fake one.
 	Clock clock.WithTicker
@@ -66,52 +66,27 @@ func (o *Options) validate() error {
 }
 
 // Controller syncs the pods of every managed node with that node's provider.
+// Two queues keyed by pod serve it: the spec queue (queue, sync) makes the
+// provider match the API; the status queue (statusQueue, syncStatus) writes
+// the newest status reported for a pod, kept in reports, to the API.
 type Controller struct {
-	client    kubernetes.Interface
-	informer  cache.SharedIndexInformer
-	lister    corelisters.PodLister
-	providers map[string]provider.PodLifecycleHandler
-	recorder  record.EventRecorder
-	queue     workqueue.TypedRateLimitingInterface[string]
-	opts      Options
+	client      kubernetes.Interface
+	informer    cache.SharedIndexInformer
+	lister      corelisters.PodLister
+	providers   map[string]provider.PodLifecycleHandler
+	recorder    record.EventRecorder
+	queue       workqueue.TypedRateLimitingInterface[string]
+	statusQueue workqueue.TypedRateLimitingInterface[string]
+	opts        Options
 
-	// known maps a pod key to its *podRecord, so that a pod gone from the
-	// API can still be found and stopped.
-	known sync.Map
-	// finals maps a pod key to the final status (*corev1.Pod) its provider
-	// reported when the pod terminated, which is written before the pod is
-	// deleted from the API: the provider may have forgotten the pod by
-	// the time it is synced.
-	finals sync.Map
+	// records keeps a record of each pod the controller handles, so that
+	// a pod gone from the API can still be found and stopped.
+	records *records
+	// reports keeps the newest status reported for each pod.
+	reports *reports
 
 	metrics *metrics
 	synced  chan struct{}
-}
-
-// podRecord is what the controller remembers of a pod: the node whose
-// provider was last asked to run it, a hash of the status last written,
-// so that a cache that has not caught up with that write does not make the
-// same write again, and whether its final delete was sent, so that it is
-// sent once. Only the worker syncing the pod touches it.
-type podRecord struct {
-	node    string
-	uid     types.UID
-	written uint64
-	deleted bool
-}
-
-// record returns the pod's record, starting a new one when the pod moved or
-// was replaced.
-func (c *Controller) record(key, node string, uid types.UID) *podRecord {
-	if v, ok := c.known.Load(key); ok {
-		if r := v.(*podRecord); r.node == node && (r.uid == uid || r.uid == "") {
-			r.uid = uid
-			return r
-		}
-	}
-	r := &podRecord{node: node, uid: uid}
-	c.known.Store(key, r)
-	return r
 }
 
 // NewController returns a controller for the pods bound to the nodes in
@@ -132,18 +107,18 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 		}
 	}
 	c := &Controller{
-		client:    client,
-		informer:  informer,
-		lister:    pods.Lister(),
-		providers: providers,
-		recorder:  recorder,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Millisecond, time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"},
-		),
-		opts:    opts,
-		metrics: newMetrics(),
-		synced:  make(chan struct{}),
+		client:      client,
+		informer:    informer,
+		lister:      pods.Lister(),
+		providers:   providers,
+		recorder:    recorder,
+		queue:       newQueue("pods"),
+		statusQueue: newQueue("pod_status"),
+		opts:        opts,
+		records:     newRecords(),
+		reports:     newReports(),
+		metrics:     newMetrics(),
+		synced:      make(chan struct{}),
 	}
 	_, err := informer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: c.ours,
@@ -157,6 +132,15 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 		return nil, fmt.Errorf("add pod event handler: %w", err)
 	}
 	return c, nil
+}
+
+// newQueue returns a pod queue whose keys are retried with per-item
+// exponential backoff, 10 ms doubling to a minute.
+func newQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](10*time.Millisecond, time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name},
+	)
 }
 
 func indexByNodeName(obj any) ([]string, error) {
@@ -180,6 +164,9 @@ func (c *Controller) ours(obj any) bool {
 	return ok
 }
 
+// enqueue queues an informer object's pod in both queues: a change in the
+// API may need the provider to act, and may change the status to write
+// (a readiness gate, another writer's condition).
 func (c *Controller) enqueue(obj any) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
@@ -187,6 +174,7 @@ func (c *Controller) enqueue(obj any) {
 		return
 	}
 	c.queue.Add(key)
+	c.statusQueue.Add(key)
 }
 
 // Synced is closed once the cache has synced and the start-up reconcile
@@ -194,22 +182,17 @@ func (c *Controller) enqueue(obj any) {
 func (c *Controller) Synced() <-chan struct{} { return c.synced }
 
 // Run waits for the pod cache, reconciles what the providers run with what
-// the API holds, then syncs pods until ctx is done.
+// the API holds, then syncs pods and writes their statuses until ctx is
+// done.
 func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	defer c.statusQueue.ShutDown()
 	logger := klog.FromContext(ctx)
 
 	for _, p := range c.providers {
 		if n, ok := p.(provider.PodNotifier); ok {
-			n.NotifyPods(ctx, func(pod *corev1.Pod) {
-				logger.V(4).Info("Provider reported a status", "pod", klog.KObj(pod), "phase", pod.Status.Phase)
-				key := pod.Namespace + "/" + pod.Name
-				if !podrules.IsStaticPod(pod) && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
-					c.finals.Store(key, pod)
-				}
-				c.queue.Add(key)
-			})
+			n.NotifyPods(ctx, func(pod *corev1.Pod) { c.pushed(ctx, pod) })
 		}
 	}
 	logger.Info("Waiting for pod cache to sync")
@@ -224,7 +207,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range c.opts.Workers {
 		wg.Go(func() {
-			for c.processNext(ctx) {
+			for c.processNext(ctx, "spec", c.queue, c.timedSync) {
+			}
+		})
+		wg.Go(func() {
+			for c.processNext(ctx, "status", c.statusQueue, c.syncStatus) {
 			}
 		})
 	}
@@ -232,29 +219,39 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger.Info("Pod controller started", "nodes", len(c.providers), "workers", c.opts.Workers)
 	<-ctx.Done()
 	c.queue.ShutDown()
+	c.statusQueue.ShutDown()
 	wg.Wait()
 	return nil
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
+// processNext takes a key from q, the queue named name, and hands it to
+// handle: Forget on success, AddRateLimited on error. It returns false once
+// q is shut down.
+func (c *Controller) processNext(ctx context.Context, name string, q workqueue.TypedRateLimitingInterface[string], handle func(context.Context, string) error) bool {
+	key, quit := q.Get()
 	if quit {
 		return false
 	}
-	defer c.queue.Done(key)
-	start := c.opts.Clock.Now()
-	err := c.sync(ctx, key)
-	c.metrics.syncDuration.WithLabelValues("sync").Observe(c.opts.Clock.Since(start).Seconds())
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Pod sync failed; will retry", "pod", key)
-		c.queue.AddRateLimited(key)
+	defer q.Done(key)
+	if err := handle(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, "Pod sync failed; will retry", "pod", key, "queue", name)
+		q.AddRateLimited(key)
 		return true
 	}
-	c.queue.Forget(key)
+	q.Forget(key)
 	return true
 }
 
-// pollStatus re-syncs the pods of providers that cannot push status.
+// timedSync is sync, timed for kubelet_pod_worker_duration_seconds.
+func (c *Controller) timedSync(ctx context.Context, key string) error {
+	start := c.opts.Clock.Now()
+	err := c.sync(ctx, key)
+	c.metrics.syncDuration.WithLabelValues("sync").Observe(c.opts.Clock.Since(start).Seconds())
+	return err
+}
+
+// pollStatus re-syncs the pods of providers that cannot push status: the
+// spec worker reads their status from the provider and queues it.
 func (c *Controller) pollStatus(ctx context.Context) {
 	var polled []string
 	for node, p := range c.providers {
@@ -279,7 +276,9 @@ func (c *Controller) pollStatus(ctx context.Context) {
 				continue
 			}
 			for _, obj := range pods {
-				c.enqueue(obj)
+				if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+					c.queue.Add(key)
+				}
 			}
 		}
 	}

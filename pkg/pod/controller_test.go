@@ -142,8 +142,15 @@ func runController(t *testing.T, p *fakeProvider, objs ...*corev1.Pod) (*fake.Cl
 		runtimeObjs = append(runtimeObjs, o)
 	}
 	client := fake.NewClientset(runtimeObjs...)
+	return client, runWith(t, client, p, Options{Workers: 2})
+}
+
+// runWith runs a controller for node "n" with provider p over client until
+// the test ends.
+func runWith(t *testing.T, client *fake.Clientset, p provider.PodLifecycleHandler, opts Options) *Controller {
+	t.Helper()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": p}, record.NewFakeRecorder(100), Options{Workers: 2})
+	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": p}, record.NewFakeRecorder(100), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +165,7 @@ func runController(t *testing.T, p *fakeProvider, objs ...*corev1.Pod) (*fake.Cl
 		}
 		factory.Shutdown()
 	})
-	return client, c
+	return c
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -314,7 +321,7 @@ func TestFinalDeleteIsSentOnce(t *testing.T) {
 	final.Status.Phase = corev1.PodSucceeded
 	final.Status.ContainerStatuses[0].Ready = false
 	final.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
-	c.finals.Store("ns/p", final)
+	c.reports.put("ns/p", final)
 
 	for range 3 {
 		if err := c.sync(context.Background(), "ns/p"); err != nil {

@@ -25,7 +25,7 @@ func newMetrics() *metrics {
 		}),
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "kubelet", Name: "pod_worker_duration_seconds",
-			Help:    "Duration in seconds to sync a single pod with its provider and write its status (operation \"sync\").",
+			Help:    "Duration in seconds to sync a single pod with its provider (operation \"sync\"); its status is written apart.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
 		}, []string{"operation"}),
 	}

@@ -14,10 +14,11 @@ import (
 // syncMirror handles a mirror pod, the API's view of a static pod that the
 // node runs from a manifest: it is never run, updated or stopped here (the
 // static pod source creates, replaces and deletes mirror pods), but the
-// static pod's status is written to it, as the kubelet's status manager
-// does. A mirror pod of another version of the static pod, or one being
-// deleted, gets no status: it is about to be replaced.
-func (c *Controller) syncMirror(ctx context.Context, rec *podRecord, p provider.PodLifecycleHandler, mirror *corev1.Pod) error {
+// static pod's status is written to it (by the status worker), as the
+// kubelet's status manager does. A mirror pod of another version of the
+// static pod, or one being deleted, gets no status: it is about to be
+// replaced.
+func (c *Controller) syncMirror(ctx context.Context, key string, p provider.PodLifecycleHandler, mirror *corev1.Pod) error {
 	static, err := p.GetPod(ctx, mirror.Namespace, mirror.Name)
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
@@ -25,10 +26,10 @@ func (c *Controller) syncMirror(ctx context.Context, rec *podRecord, p provider.
 	case err != nil:
 		return fmt.Errorf("get static pod from provider: %w", err)
 	}
-	if !mirrorStatusWanted(mirror, static) {
-		return nil
+	if mirrorStatusWanted(mirror, static) {
+		c.observed(key, p, static)
 	}
-	return c.updateStatus(ctx, rec, mirror, &static.Status)
+	return nil
 }
 
 // mirrorStatusWanted tells whether the status of the provider's pod static

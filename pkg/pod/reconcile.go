@@ -84,7 +84,7 @@ func (c *Controller) reconcileStartup(ctx context.Context) error {
 				c.queue.Add(key)
 				continue
 			}
-			c.record(key, node, provPod.UID)
+			c.records.get(key, node, provPod.UID)
 			apiPod, err := c.apiPod(ctx, provPod.Namespace, provPod.Name)
 			switch {
 			case apierrors.IsNotFound(err):

@@ -35,8 +35,10 @@ var reportedConditions = map[corev1.PodConditionType]bool{
 	corev1.DisruptionTarget: true,
 }
 
-// updateStatus patches the pod's status to what the provider reports, merged
-// with what others own, when it differs from what the API has.
+// updateStatus patches the pod's status to what was reported, merged with
+// what others own, when it differs from what the API has. A conflict (the
+// pod was replaced, or the API would not take the patch now) is returned,
+// wrapped, for the caller to retry.
 func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *corev1.Pod, reported *corev1.PodStatus) error {
 	want, data, err := asStored(mergeStatus(pod, reported))
 	if err != nil {
@@ -66,9 +68,8 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 		return err
 	}
 	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		// Deleted, or replaced by another pod of the same name: the
-		// informer brings the next state.
+	if apierrors.IsNotFound(err) {
+		// Deleted: the informer brings the next state.
 		return nil
 	}
 	if err != nil {

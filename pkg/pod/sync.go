@@ -17,8 +17,10 @@ import (
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
-// sync makes the provider match the API for one pod and reports the
-// provider's status back.
+// sync is the spec queue's sync: it makes the provider match the API for
+// one pod (create, update, stop, finish the deletion). Statuses it reads
+// from the provider or decides are handed to the status queue as reports;
+// it writes only a final status, before the final delete.
 func (c *Controller) sync(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -35,15 +37,20 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	rec := c.record(key, pod.Spec.NodeName, pod.UID)
+	rec := c.records.get(key, pod.Spec.NodeName, pod.UID)
 	// From here on, pod is ours to change: never modify the cache's copy.
 	pod = pod.DeepCopy()
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
 	if podrules.IsMirrorPod(pod) {
-		return c.syncMirror(ctx, rec, p, pod)
+		return c.syncMirror(ctx, key, p, pod)
 	}
+	return c.syncPod(ctx, key, rec, p, pod)
+}
 
-	provPod, err := p.GetPod(ctx, namespace, name)
+// syncPod makes the provider match the API for a pod that is not a mirror
+// pod: pod is the controller's copy of the API's.
+func (c *Controller) syncPod(ctx context.Context, key string, rec *podRecord, p provider.PodLifecycleHandler, pod *corev1.Pod) error {
+	provPod, err := p.GetPod(ctx, pod.Namespace, pod.Name)
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
 		provPod = nil
@@ -79,7 +86,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			return fmt.Errorf("update pod in provider: %w", err)
 		}
 	}
-	return c.updateStatus(ctx, rec, pod, &provPod.Status)
+	c.observed(key, p, provPod)
+	return nil
 }
 
 // podChanged says whether the provider's copy of a pod is behind the API's
@@ -93,15 +101,15 @@ func podChanged(provPod, pod *corev1.Pod) bool {
 // syncGone handles a pod the API no longer has: if the provider still runs
 // it, stop it at once.
 func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) error {
-	v, ok := c.known.Load(key)
+	rec, ok := c.records.find(key)
 	if !ok {
 		return nil
 	}
-	p := c.providers[v.(*podRecord).node]
+	p := c.providers[rec.node]
 	provPod, err := p.GetPod(ctx, namespace, name)
 	if errors.Is(err, provider.ErrNotFound) {
-		c.known.Delete(key)
-		c.finals.Delete(key)
+		c.records.forget(key)
+		c.reports.forget(key)
 		return nil
 	}
 	if err != nil {
@@ -109,7 +117,7 @@ func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) 
 	}
 	if podrules.IsStaticPod(provPod) {
 		// Its mirror pod went; the static pod source owns the pod itself.
-		c.known.Delete(key)
+		c.records.forget(key)
 		return nil
 	}
 	klog.FromContext(ctx).V(2).Info("Pod is gone from the API; stopping it", "pod", klog.KObj(provPod))
@@ -126,23 +134,6 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 	case nothing:
 		return nil
 	case finishDel:
-		if rec.deleted {
-			// Sent already. The cache still holds the pod: it has not
-			// seen the delete yet, or its update (the grace period set to
-			// 0) or that of the final status came first.
-			return nil
-		}
-		// The final status first, as the kubelet writes it: a pod kept by
-		// a finalizer shows how its containers ended.
-		key := pod.Namespace + "/" + pod.Name
-		if v, ok := c.finals.LoadAndDelete(key); ok {
-			if final := v.(*corev1.Pod); final.UID == pod.UID {
-				if err := c.updateStatus(ctx, rec, pod, &final.Status); err != nil {
-					c.finals.Store(key, final)
-					return err
-				}
-			}
-		}
 		return c.finishDeletion(ctx, rec, pod)
 	case restorePod:
 		if err := restorer.RestorePod(ctx, pod); err != nil {
@@ -151,41 +142,73 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 		}
 		return nil
 	case failPod:
-		status := pod.Status.DeepCopy()
-		status.Phase = corev1.PodFailed
-		status.Reason = "PodLost"
-		status.Message = "The provider lost the pod's containers and its restart policy is Never"
-		c.recorder.Event(pod, corev1.EventTypeWarning, "PodLost", status.Message)
-		return c.updateStatus(ctx, rec, pod, status)
+		msg := "The provider lost the pod's containers and its restart policy is Never"
+		c.recorder.Event(pod, corev1.EventTypeWarning, "PodLost", msg)
+		c.report(keyOf(pod), failed(pod, "PodLost", msg))
+		return nil
 	}
+	return c.createInProvider(ctx, p, pod)
+}
+
+// createInProvider asks the provider to run pod; a rejection fails the pod
+// with the provider's reason. The status of a provider that pushes comes
+// with its push; that of a polled one is read at once.
+func (c *Controller) createInProvider(ctx context.Context, p provider.PodLifecycleHandler, pod *corev1.Pod) error {
 	err := p.CreatePod(ctx, pod)
 	var rej *provider.Rejection
 	if errors.As(err, &rej) {
 		klog.FromContext(ctx).Info("Provider rejected pod", "reason", rej.Reason, "message", rej.Message)
 		c.recorder.Event(pod, corev1.EventTypeWarning, rej.Reason, rej.Message)
-		status := pod.Status.DeepCopy()
-		status.Phase = corev1.PodFailed
-		status.Reason = rej.Reason
-		status.Message = "Pod was rejected: " + rej.Message
-		return c.updateStatus(ctx, rec, pod, status)
+		c.report(keyOf(pod), failed(pod, rej.Reason, "Pod was rejected: "+rej.Message))
+		return nil
 	}
 	if err != nil {
 		c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreate", "error creating pod in provider: %v", err)
 		return fmt.Errorf("create pod in provider: %w", err)
 	}
 	klog.FromContext(ctx).V(2).Info("Created pod in provider")
-	provPod, err := p.GetPod(ctx, pod.Namespace, pod.Name)
-	if err != nil {
-		// Status follows through the notification or the poll.
+	if _, pushes := p.(provider.PodNotifier); pushes {
 		return nil
 	}
-	return c.updateStatus(ctx, rec, pod, &provPod.Status)
+	provPod, err := p.GetPod(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		return nil // the poll reads it again
+	}
+	c.observed(keyOf(pod), p, provPod)
+	return nil
+}
+
+// failed returns pod with its status as the API has it, but Failed for
+// reason: the status the controller decides for a pod that cannot run.
+func failed(pod *corev1.Pod, reason, message string) *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: pod.ObjectMeta, Status: *pod.Status.DeepCopy()}
+	out.Status.Phase = corev1.PodFailed
+	out.Status.Reason = reason
+	out.Status.Message = message
+	return out
 }
 
 // finishDeletion removes a pod whose containers have all stopped from the
-// API, as the kubelet does once termination is complete. Once the API has
-// answered, the record says so: the pod is not deleted again.
+// API, as the kubelet does once termination is complete. The final status
+// its provider reported goes first, unless the status worker has written
+// it already: a pod kept by a finalizer shows how its containers ended.
+// Once the API has answered, the record says so: the pod is not deleted
+// again.
 func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *corev1.Pod) error {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.deleted {
+		// Sent already. The cache still holds the pod: it has not seen
+		// the delete yet, or its update (the grace period set to 0) or
+		// that of the final status came first.
+		return nil
+	}
+	key := keyOf(pod)
+	if rep, ok := c.reports.newest(key); ok && rep.seq != rec.reported && finished(rep.pod) {
+		if err := c.writeReport(ctx, key, rec, pod); err != nil {
+			return err
+		}
+	}
 	var zero int64
 	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
@@ -202,4 +225,9 @@ func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *co
 	rec.deleted = true
 	klog.FromContext(ctx).V(2).Info("Pod terminated; deleted from the API")
 	return nil
+}
+
+// keyOf returns a pod's queue key.
+func keyOf(pod *corev1.Pod) string {
+	return pod.Namespace + "/" + pod.Name
 }
