@@ -117,20 +117,7 @@ func TestPushDuringCreateIsWrittenOnce(t *testing.T) {
 	if err := c.sync(ctx, "ns/p"); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			if err := c.sync(ctx, "ns/p"); err != nil {
-				t.Error(err)
-			}
-		})
-		wg.Go(func() {
-			if err := c.syncStatus(ctx, "ns/p"); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
+	syncBothAtOnce(ctx, t, c, "ns/p", 3)
 	if got := apiWrites(client); !slices.Equal(got, []string{"status"}) {
 		t.Errorf("API writes %v, want one status patch", got)
 	}
@@ -155,23 +142,29 @@ func TestFinalPushDuringStopIsWrittenOnce(t *testing.T) {
 	if err := c.sync(ctx, "ns/p"); err != nil {
 		t.Fatal(err)
 	}
+	syncBothAtOnce(ctx, t, c, "ns/p", 3)
+	if got := apiWrites(client); !slices.Equal(got, []string{"status", "delete"}) {
+		t.Errorf("API writes %v, want the final status, then the delete", got)
+	}
+}
+
+// syncBothAtOnce runs the spec worker's and the status worker's sync of
+// key n times each, all at once, as the two pools may.
+func syncBothAtOnce(ctx context.Context, t *testing.T, c *Controller, key string, n int) {
 	var wg sync.WaitGroup
-	for range 3 {
+	for range n {
 		wg.Go(func() {
-			if err := c.sync(ctx, "ns/p"); err != nil {
+			if err := c.sync(ctx, key); err != nil {
 				t.Error(err)
 			}
 		})
 		wg.Go(func() {
-			if err := c.syncStatus(ctx, "ns/p"); err != nil {
+			if err := c.syncStatus(ctx, key); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if got := apiWrites(client); !slices.Equal(got, []string{"status", "delete"}) {
-		t.Errorf("API writes %v, want the final status, then the delete", got)
-	}
 }
 
 // A status write that conflicts is retried from the status queue, reading
