@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -75,15 +76,35 @@ func RepoRoot(t testing.TB) string {
 	}
 }
 
-// FreePort is a TCP port of 127.0.0.1 nothing listens on right now.
+// handedOut holds the ports FreePort has returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePort is a TCP port nothing listens on right now, on any address, and
+// that FreePort has not returned before in this process: two agents
+// started together never get the same port, although neither listens
+// before both have asked (the kernel may give a port closed a moment ago
+// again).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no port that was not handed out already in 100 tries")
+	return 0
 }
 
 // RandSuffix is 5 random lowercase letters and digits.
