@@ -279,12 +279,20 @@ func (o *upOptions) loadPorts(dir string) (ports, error) {
 	if o.metricsServer != "" {
 		missing = append(missing, &p.MetricsServer)
 	}
+	// Each port's listener stays open until every port is picked, so that
+	// the kernel cannot hand the same port out twice.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
 	free := func() (int, error) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return 0, err
 		}
-		defer l.Close()
+		held = append(held, l)
 		return l.Addr().(*net.TCPAddr).Port, nil
 	}
 	changed := false

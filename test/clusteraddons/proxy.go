@@ -39,14 +39,11 @@ func needIptables() error {
 // startProxy runs kube-proxy in iptables mode for the node and waits until
 // it has written the kube-dns Service's rules.
 func (a *Addons) startProxy(ctx context.Context) error {
-	healthz, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
-	if err != nil {
-		return err
-	}
+	healthz, metrics := ports[0], ports[1]
 	kp := filepath.Join(a.opts.BinDir, "kube-proxy")
 	// kube-proxy adds a KUBE-FIREWALL chain to the filter table that its
 	// --cleanup keeps; it goes too unless the host had it before.
@@ -150,13 +147,20 @@ func removeFirewallChain() {
 	_ = exec.Command("iptables", "-w", "-X", "KUBE-FIREWALL").Run()
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct TCP ports of 127.0.0.1 nothing listens on:
+// each listener stays open until all are picked, so that the kernel cannot
+// hand one out twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 func lastLine(out []byte) string {
