@@ -508,10 +508,10 @@ func (r *row) write() {
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.Size() == 0 {
-		fmt.Fprintln(f, "| scenario | result | pods lost | containers restarted | status regressions | lease lapses | nodes NotReady | figures |")
-		fmt.Fprintln(f, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+		fmt.Fprintln(f, "| scenario | result | pods lost | containers restarted | status regressions | lease lapses | nodes NotReady | figures | date |")
+		fmt.Fprintln(f, "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |")
 	}
-	fmt.Fprintf(f, "%s %s\n", line, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(f, "%s %s |\n", line, time.Now().UTC().Format("2006-01-02"))
 }
 
 // CRI: one containerd and registry for the binary, on first use.
