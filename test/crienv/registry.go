@@ -18,6 +18,7 @@ const RegistryUser, RegistryPassword = "nodelet", "s3cret"
 // built: the mirror of registry.k8s.io and docker.io for a test containerd.
 type Registry struct {
 	Addr string // host:port
+	dir  string // its ready file and log, removed by Stop
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -38,14 +39,17 @@ func StartRegistry(bin, imagesDir string) (*Registry, error) {
 	ready := filepath.Join(dir, "addr")
 	log, err := os.Create(filepath.Join(dir, "registry.log"))
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
-	r := &Registry{done: make(chan struct{})}
+	r := &Registry{dir: dir, done: make(chan struct{})}
 	r.cmd = exec.Command(bin, "serve", "--dir", imagesDir, "--listen", "127.0.0.1:0", "--ready-file", ready,
 		"--auth", RegistryUser+":"+RegistryPassword)
 	r.cmd.Stdout, r.cmd.Stderr = log, log
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := r.cmd.Start(); err != nil {
+		log.Close()
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start registry: %w", err)
 	}
 	go func() { _ = r.cmd.Wait(); log.Close(); close(r.done) }()
@@ -58,6 +62,7 @@ func StartRegistry(bin, imagesDir string) (*Registry, error) {
 		select {
 		case <-r.done:
 			out, _ := os.ReadFile(log.Name())
+			os.RemoveAll(dir)
 			return nil, fmt.Errorf("registry exited: %s", out)
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -68,7 +73,7 @@ func StartRegistry(bin, imagesDir string) (*Registry, error) {
 	}
 }
 
-// Stop ends the registry.
+// Stop ends the registry and removes its directory.
 func (r *Registry) Stop() {
 	_ = r.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -77,4 +82,5 @@ func (r *Registry) Stop() {
 		_ = r.cmd.Process.Kill()
 		<-r.done
 	}
+	os.RemoveAll(r.dir)
 }
