@@ -32,7 +32,7 @@ func (w *podWorker) step(ctx context.Context, plan podActions) time.Duration {
 	}
 	if plan.setUp == setUpNow {
 		w.mu.Lock()
-		v := w.viewOfLocked(plan.pod)
+		v := w.viewOfLocked(plan.pod, false)
 		w.mu.Unlock()
 		plan = computeContainerActions(v, w.deps.clock.Now())
 	}

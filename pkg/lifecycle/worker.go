@@ -301,7 +301,7 @@ func (w *podWorker) run(ctx context.Context) {
 // (computePodActions); step and terminate carry it out.
 func (w *podWorker) sync(ctx context.Context) time.Duration {
 	w.mu.Lock()
-	v := w.viewLocked()
+	v := w.viewOfLocked(w.pod, false)
 	v.evict, w.evictReq = w.evictReq, nil
 	w.mu.Unlock()
 	plan := computePodActions(v, w.deps.clock.Now())
@@ -339,11 +339,14 @@ func (w *podWorker) report() {
 	}
 }
 
-func (w *podWorker) viewLocked() *podView { return w.viewOfLocked(w.pod) }
+// viewLocked is the view the pod's status is computed from.
+func (w *podWorker) viewLocked() *podView { return w.viewOfLocked(w.pod, true) }
 
 // viewOfLocked is the view of the pod with the spec pod: what its status
-// is computed from, and a step decided from.
-func (w *podWorker) viewOfLocked(pod *corev1.Pod) *podView {
+// is computed from, and a step decided from. Only the status reads each
+// container's previous attempt (its last termination state); a decision
+// does not, so previous leaves that read out of every step.
+func (w *podWorker) viewOfLocked(pod *corev1.Pod, previous bool) *podView {
 	v := &podView{
 		pod: pod, hostIP: w.deps.address, startTime: w.startTime,
 		failReason: w.failReason, failMessage: w.failMessage, conditions: w.failConditions,
@@ -362,14 +365,14 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod) *podView {
 		records = w.dead
 	}
 	for i := range pod.Spec.Containers {
-		v.regular = append(v.regular, w.containerViewLocked(pod, &pod.Spec.Containers[i], false, records, false))
+		v.regular = append(v.regular, w.containerViewLocked(pod, &pod.Spec.Containers[i], false, records, false, previous))
 	}
 	v.appsDone = records != nil && appsDone(pod, v.regular)
 	for i := range pod.Spec.InitContainers {
-		v.init = append(v.init, w.containerViewLocked(pod, &pod.Spec.InitContainers[i], true, records, v.appsDone))
+		v.init = append(v.init, w.containerViewLocked(pod, &pod.Spec.InitContainers[i], true, records, v.appsDone, previous))
 	}
 	for _, c := range ephemeralContainers(pod) {
-		cv := w.containerViewLocked(pod, &c, false, records, false)
+		cv := w.containerViewLocked(pod, &c, false, records, false, previous)
 		cv.final = cv.latest != nil && cv.latest.State == StateExited
 		v.ephemeral = append(v.ephemeral, cv)
 	}
@@ -378,7 +381,7 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod) *podView {
 
 // containerViewLocked is the view of one container of pod from the
 // runtime's records (none: never started) and what the worker knows of it.
-func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, init bool, records Sandbox, appsDone bool) containerView {
+func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, init bool, records Sandbox, appsDone, previous bool) containerView {
 	cv := containerView{spec: c, sidecar: init && podrules.IsSidecar(c)}
 	cs := w.containerLocked(c.Name)
 	cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
@@ -397,6 +400,9 @@ func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, in
 			cv.final = w.gone || w.failReason != "" || !(cv.lost || restarts(pod, c, init, st.ExitCode)) ||
 				cv.sidecar && appsDone
 		}
+	}
+	if !previous {
+		return cv
 	}
 	if prev, ok := records.Previous(c.Name); ok {
 		cv.previous = &prev
