@@ -147,14 +147,8 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 	return cs
 }
 
-// podStatus computes the status of a pod as the kubelet reports it.
-func podStatus(v *podView) corev1.PodStatus {
-	pod := v.pod
-	s := corev1.PodStatus{
-		HostIP:             v.hostIP,
-		QOSClass:           podrules.QOSClass(pod),
-		ObservedGeneration: pod.Generation,
-	}
+// setAddresses sets the host's and the pod's IPs in s.
+func setAddresses(s *corev1.PodStatus, v *podView) {
 	if v.hostIP != "" {
 		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
 	}
@@ -168,6 +162,17 @@ func podStatus(v *podView) corev1.PodStatus {
 	if len(podIPs) > 0 {
 		s.PodIP = podIPs[0]
 	}
+}
+
+// podStatus computes the status of a pod as the kubelet reports it.
+func podStatus(v *podView) corev1.PodStatus {
+	pod := v.pod
+	s := corev1.PodStatus{
+		HostIP:             v.hostIP,
+		QOSClass:           podrules.QOSClass(pod),
+		ObservedGeneration: pod.Generation,
+	}
+	setAddresses(&s, v)
 	if !v.startTime.IsZero() {
 		t := metav1.NewTime(v.startTime)
 		s.StartTime = &t
@@ -197,7 +202,7 @@ func podStatus(v *podView) corev1.PodStatus {
 		s.Phase = corev1.PodFailed
 		s.Reason, s.Message = v.failReason, v.failMessage
 	} else {
-		// Deleted and stopped (terminated): what the containers did.
+		// Once deleted and stopped (terminated), as the containers ended.
 		s.Phase = podrules.Phase(&s, sidecar, v.terminated)
 	}
 	podrules.SetConditions(&s, sidecar, v.sandbox, metav1.Now())

@@ -46,9 +46,8 @@ func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
 	s.ContainerStatuses = waitingStatuses(pod.Spec.Containers, waiting)
 	s.EphemeralContainerStatuses = nil
 
-	s.Phase = podrules.Phase(s, podrules.SpecSidecars(pod), false)
 	s.Conditions = slices.Grow(s.Conditions, max(0, podConditions-len(s.Conditions)))
-	podrules.SetConditions(s, podrules.SpecSidecars(pod), false, t)
+	setPhase(pod, t, false, false)
 }
 
 // setRunning starts every container at now: init containers have completed
@@ -59,8 +58,7 @@ func setRunning(pod *corev1.Pod, now time.Time) {
 	s := &pod.Status
 	s.InitContainerStatuses = runningStatuses(pod, pod.Spec.InitContainers, s.InitContainerStatuses, t, true)
 	s.ContainerStatuses = runningStatuses(pod, pod.Spec.Containers, s.ContainerStatuses, t, false)
-	s.Phase = podrules.Phase(s, podrules.SpecSidecars(pod), false)
-	podrules.SetConditions(s, podrules.SpecSidecars(pod), true, t)
+	setPhase(pod, t, true, false)
 }
 
 // setFinished ends the pod at now: containers still running stop with exit
@@ -82,8 +80,7 @@ func setFinished(pod *corev1.Pod, now time.Time) corev1.PodPhase {
 	for i := range s.ContainerStatuses {
 		stopContainer(&s.ContainerStatuses[i], t)
 	}
-	s.Phase = podrules.Phase(s, sidecar, true)
-	podrules.SetConditions(s, sidecar, false, t)
+	setPhase(pod, t, false, true)
 	return s.Phase
 }
 
@@ -103,6 +100,16 @@ func stopContainer(cs *corev1.ContainerStatus, t metav1.Time) {
 	}
 	cs.Ready = false
 	cs.Started = ptr(false)
+}
+
+// setPhase sets the pod's phase and its five conditions from its
+// containers' states, by the kubelet's rules (podrules): sandbox, its
+// containers can run; stopped, all of it was stopped. A condition that
+// keeps its status keeps its transition time.
+func setPhase(pod *corev1.Pod, t metav1.Time, sandbox, stopped bool) {
+	sidecar := podrules.SpecSidecars(pod)
+	pod.Status.Phase = podrules.Phase(&pod.Status, sidecar, stopped)
+	podrules.SetConditions(&pod.Status, sidecar, sandbox, t)
 }
 
 // terminated is the state of a container that exited with code.
@@ -152,8 +159,7 @@ func setBackOff(pod *corev1.Pod, now time.Time, d time.Duration) {
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, cs.Name, pod.Name, pod.Namespace, pod.UID),
 		}}
 	}
-	s.Phase = podrules.Phase(s, podrules.SpecSidecars(pod), false)
-	podrules.SetConditions(s, podrules.SpecSidecars(pod), true, t)
+	setPhase(pod, t, true, false)
 }
 
 // setRestarted runs again, from now, the containers waiting in
@@ -172,8 +178,7 @@ func setRestarted(pod *corev1.Pod, now time.Time) {
 		cs.Ready = true
 		cs.Started = ptr(true)
 	}
-	s.Phase = podrules.Phase(s, podrules.SpecSidecars(pod), false)
-	podrules.SetConditions(s, podrules.SpecSidecars(pod), true, t)
+	setPhase(pod, t, true, false)
 }
 
 // restartCount is the most restarts of any of the pod's (non-init)
