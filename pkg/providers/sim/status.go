@@ -64,15 +64,20 @@ func setRunning(pod *corev1.Pod, now time.Time) {
 // setFinished ends the pod at now: containers still running stop with exit
 // code 0 (they were asked to), keeping the time they started; containers
 // waiting in CrashLoopBackOff keep their last termination as their state,
-// and waiting ones that never ran end with exit code 0; containers that
-// already terminated stay as they were. The pod has Succeeded if every
-// container ended with exit code 0, else Failed; the phase is returned.
+// and waiting ones that never ran end with exit code 0, except init
+// containers, which stay waiting (a pod deleted before it was initialized
+// never was); containers that already terminated stay as they were. The
+// pod has Succeeded if every container ended with exit code 0, else
+// Failed; the phase is returned.
 func setFinished(pod *corev1.Pod, now time.Time) corev1.PodPhase {
 	t := metav1.NewTime(now)
 	s := &pod.Status
 	sidecar := podrules.SpecSidecars(pod)
 	for i := range s.InitContainerStatuses {
 		cs := &s.InitContainerStatuses[i]
+		if cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
+			continue
+		}
 		stopContainer(cs, t)
 		// As the kubelet: a completed init container stays ready.
 		cs.Ready = podrules.InitCompleted(cs, sidecar(i))
