@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -148,15 +147,8 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 	return cs
 }
 
-// podStatus computes the status of a pod as the kubelet reports it.
-func podStatus(v *podView) corev1.PodStatus {
-	pod := v.pod
-	now := metav1.Now()
-	s := corev1.PodStatus{
-		HostIP:             v.hostIP,
-		QOSClass:           podrules.QOSClass(pod),
-		ObservedGeneration: pod.Generation,
-	}
+// setAddresses sets the host's and the pod's IPs in s.
+func setAddresses(s *corev1.PodStatus, v *podView) {
 	if v.hostIP != "" {
 		s.HostIPs = []corev1.HostIP{{IP: v.hostIP}}
 	}
@@ -170,118 +162,53 @@ func podStatus(v *podView) corev1.PodStatus {
 	if len(podIPs) > 0 {
 		s.PodIP = podIPs[0]
 	}
+}
+
+// podStatus computes the status of a pod as the kubelet reports it.
+func podStatus(v *podView) corev1.PodStatus {
+	pod := v.pod
+	s := corev1.PodStatus{
+		HostIP:             v.hostIP,
+		QOSClass:           podrules.QOSClass(pod),
+		ObservedGeneration: pod.Generation,
+	}
+	setAddresses(&s, v)
 	if !v.startTime.IsZero() {
 		t := metav1.NewTime(v.startTime)
 		s.StartTime = &t
 	}
 
-	initDone := true
-	var incomplete []string
-	var unready []string
+	sidecar := func(i int) bool { return v.init[i].sidecar }
 	for i := range v.init {
 		iv := &v.init[i]
 		cs := containerStatus(pod.UID, iv, "PodInitializing")
-		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 && !iv.sidecar {
+		if podrules.InitCompleted(&cs, iv.sidecar) {
 			cs.Ready = true // a completed init container is ready, as the kubelet reports it
 		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
-		if iv.sidecar {
-			// Done once started; its readiness counts with the containers'.
-			if iv.latest == nil || cs.State.Running != nil && !*cs.Started {
-				initDone = false
-				incomplete = append(incomplete, iv.spec.Name)
-			}
-			if !cs.Ready {
-				unready = append(unready, iv.spec.Name)
-			}
-			continue
-		}
-		if t := cs.State.Terminated; t == nil || t.ExitCode != 0 {
-			initDone = false
-			incomplete = append(incomplete, iv.spec.Name)
-		}
 	}
 	regularWaiting := "ContainerCreating"
-	if !initDone {
+	if !podrules.Initialized(&s, sidecar) {
 		regularWaiting = "PodInitializing"
 	}
-	running, waiting, succeeded, failed := 0, 0, 0, 0
 	for i := range v.regular {
-		rv := &v.regular[i]
-		cs := containerStatus(pod.UID, rv, regularWaiting)
-		s.ContainerStatuses = append(s.ContainerStatuses, cs)
-		if !cs.Ready {
-			unready = append(unready, rv.spec.Name)
-		}
-		switch {
-		case cs.State.Running != nil:
-			running++
-		case cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0:
-			succeeded++
-		case cs.State.Terminated != nil:
-			failed++
-		case cs.LastTerminationState.Terminated != nil:
-			running++ // restarting: the kubelet counts it as running
-		default:
-			waiting++
-		}
+		s.ContainerStatuses = append(s.ContainerStatuses, containerStatus(pod.UID, &v.regular[i], regularWaiting))
 	}
-
 	for i := range v.ephemeral {
 		s.EphemeralContainerStatuses = append(s.EphemeralContainerStatuses, containerStatus(pod.UID, &v.ephemeral[i], "ContainerCreating"))
 	}
 
-	initFailed := false
-	for i := range v.init {
-		if !v.init[i].sidecar && v.init[i].final && v.init[i].latest != nil && v.init[i].latest.ExitCode != 0 {
-			initFailed = true
-		}
-	}
-	switch {
-	case v.failReason != "":
+	if v.failReason != "" {
 		s.Phase = corev1.PodFailed
 		s.Reason, s.Message = v.failReason, v.failMessage
-	case initFailed:
-		s.Phase = corev1.PodFailed
-	case !initDone || waiting > 0:
-		// A container that never started yet keeps the pod pending.
-		s.Phase = corev1.PodPending
-	case running > 0:
-		s.Phase = corev1.PodRunning
-	case failed > 0:
-		s.Phase = corev1.PodFailed
-	default:
-		s.Phase = corev1.PodSucceeded
+	} else {
+		// Once deleted and stopped (terminated), as the containers ended.
+		s.Phase = podrules.Phase(&s, sidecar, v.terminated)
 	}
-	if v.terminated && s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
-		// Deleted and stopped: the kubelet reports what the containers did.
-		s.Phase = corev1.PodFailed
-		if failed == 0 && succeeded == len(v.regular) {
-			s.Phase = corev1.PodSucceeded
-		}
+	podrules.SetConditions(&s, sidecar, v.sandbox, metav1.Now())
+	for i := range s.Conditions {
+		s.Conditions[i].ObservedGeneration = pod.Generation
 	}
-
-	final := s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed
-	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) {
-		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue, LastTransitionTime: now, ObservedGeneration: pod.Generation}
-		if !ok {
-			c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
-		}
-		s.Conditions = append(s.Conditions, c)
-	}
-	cond(corev1.PodScheduled, true, "", "")
-	cond(corev1.PodReadyToStartContainers, v.sandbox && !final, "", "")
-	cond(corev1.PodInitialized, initDone, "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(incomplete, " ")+"]")
-	readyReason, readyMsg := "ContainersNotReady", "containers with unready status: ["+strings.Join(unready, " ")+"]"
-	if final {
-		readyReason, readyMsg = "PodCompleted", ""
-		if s.Phase == corev1.PodFailed {
-			readyReason = "PodFailed"
-		}
-	}
-	allReady := len(unready) == 0 && s.Phase == corev1.PodRunning
-	cond(corev1.ContainersReady, allReady, readyReason, readyMsg)
-	cond(corev1.PodReady, allReady, readyReason, readyMsg)
 	for _, c := range v.conditions {
 		c.ObservedGeneration = pod.Generation
 		s.Conditions = append(s.Conditions, c)

@@ -3,8 +3,9 @@
 // sysctls, resources) and a pod's effective requests, its QoS class, which
 // init containers are sidecars, the crash-loop back-off before a restart,
 // the grace period of a deleted pod or a killed container, static and
-// mirror pod identity, container field paths for messages, and whether a
-// pod's reported status shows it ever started.
+// mirror pod identity, container field paths for messages, whether a
+// pod's reported status shows it ever started, and a pod's phase and its
+// five standard conditions from its containers' states.
 //
 // Its functions are pure: they decide and never act. It imports only the
 // k8s.io API packages and never another nodelet package, the provider

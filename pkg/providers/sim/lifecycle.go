@@ -313,8 +313,9 @@ func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 	s := &st.pod.Status
 	s.Phase, s.Reason, s.Message = corev1.PodFailed, e.Reason, e.Message
 	t := metav1.NewTime(now)
+	podrules.SetConditions(s, podrules.SpecSidecars(st.pod), false, t) // not ready now as a failed pod
 	for _, c := range e.Conditions {
-		setCondition(s, c.Type, c.Status, c.Reason, c.Message, t)
+		podrules.SetCondition(s, c.Type, c.Status, c.Reason, c.Message, t)
 	}
 	p.finishLocked(st)
 	p.queueNotify(st.pod)

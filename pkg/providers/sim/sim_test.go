@@ -325,6 +325,49 @@ func TestDeletePod(t *testing.T) {
 	}
 }
 
+// TestDeletePendingPod checks the final status of a pod deleted before its
+// init container ran: the init container never ran, so it stays waiting
+// and the pod was never initialized; the completed init container of a
+// pod deleted after it started stays ready, as the kubelet reports it.
+func TestDeletePendingPod(t *testing.T) {
+	ctx := context.Background()
+	p, clk, rec := newTest(t, func(o *Options) { o.StartDelay = time.Minute })
+	if err := p.CreatePod(ctx, testPod("web", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	del := testPod("web", "", "")
+	del.DeletionTimestamp = ptr(metav1.NewTime(clk.Now()))
+	del.DeletionGracePeriodSeconds = ptr(int64(0))
+	if err := p.DeletePod(ctx, del); err != nil {
+		t.Fatalf("DeletePod: %v", err)
+	}
+	final := rec.last()
+	if got := condition(final, corev1.PodInitialized); got != corev1.ConditionFalse {
+		t.Errorf("final Initialized = %q, want False: the init container never ran", got)
+	}
+	if cs := final.Status.InitContainerStatuses; len(cs) != 1 || cs[0].State.Waiting == nil || cs[0].Ready {
+		t.Errorf("final init container status %+v, want waiting and not ready", cs)
+	}
+
+	if err := p.CreatePod(ctx, testPod("started", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute)
+	del = testPod("started", "", "")
+	del.DeletionTimestamp = ptr(metav1.NewTime(clk.Now()))
+	del.DeletionGracePeriodSeconds = ptr(int64(0))
+	if err := p.DeletePod(ctx, del); err != nil {
+		t.Fatalf("DeletePod: %v", err)
+	}
+	final = rec.last()
+	if got := condition(final, corev1.PodInitialized); got != corev1.ConditionTrue {
+		t.Errorf("final Initialized = %q, want True", got)
+	}
+	if cs := final.Status.InitContainerStatuses; len(cs) != 1 || cs[0].State.Terminated == nil || !cs[0].Ready {
+		t.Errorf("final init container status %+v, want completed and ready", cs)
+	}
+}
+
 func TestDeletePodEdgeCases(t *testing.T) {
 	ctx := context.Background()
 	t.Run("unknown pod", func(t *testing.T) {

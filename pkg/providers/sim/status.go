@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +24,6 @@ const podConditions = 5
 func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
 	t := metav1.NewTime(now)
 	s := &pod.Status
-	s.Phase = corev1.PodPending
 	s.Reason, s.Message = "", ""
 	s.HostIP = hostIP
 	s.HostIPs = nil
@@ -48,19 +46,8 @@ func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
 	s.ContainerStatuses = waitingStatuses(pod.Spec.Containers, waiting)
 	s.EphemeralContainerStatuses = nil
 
-	unready := "containers with unready status: [" + names(pod.Spec.Containers) + "]"
 	s.Conditions = slices.Grow(s.Conditions, max(0, podConditions-len(s.Conditions)))
-	setCondition(s, corev1.PodScheduled, corev1.ConditionTrue, "", "", t)
-	setCondition(s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", "", t)
-	if hasInit {
-		setCondition(s, corev1.PodInitialized, corev1.ConditionFalse, "ContainersNotInitialized",
-			"containers with incomplete status: ["+names(pod.Spec.InitContainers)+"]", t)
-	} else {
-		// As the kubelet: a pod without init containers is initialized at once.
-		setCondition(s, corev1.PodInitialized, corev1.ConditionTrue, "", "", t)
-	}
-	setCondition(s, corev1.ContainersReady, corev1.ConditionFalse, "ContainersNotReady", unready, t)
-	setCondition(s, corev1.PodReady, corev1.ConditionFalse, "ContainersNotReady", unready, t)
+	setPhase(pod, t, false, false)
 }
 
 // setRunning starts every container at now: init containers have completed
@@ -69,66 +56,72 @@ func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
 func setRunning(pod *corev1.Pod, now time.Time) {
 	t := metav1.NewTime(now)
 	s := &pod.Status
-	s.Phase = corev1.PodRunning
 	s.InitContainerStatuses = runningStatuses(pod, pod.Spec.InitContainers, s.InitContainerStatuses, t, true)
 	s.ContainerStatuses = runningStatuses(pod, pod.Spec.Containers, s.ContainerStatuses, t, false)
-	for _, c := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
-		setCondition(s, c, corev1.ConditionTrue, "", "", t)
-	}
+	setPhase(pod, t, true, false)
 }
 
 // setFinished ends the pod at now: containers still running stop with exit
 // code 0 (they were asked to), keeping the time they started; containers
 // waiting in CrashLoopBackOff keep their last termination as their state,
-// and waiting ones that never ran end with exit code 0; containers that
-// already terminated stay as they were. The pod has Succeeded if every
-// container ended with exit code 0, else Failed; the phase is returned.
+// and waiting ones that never ran end with exit code 0, except init
+// containers, which stay waiting (a pod deleted before it was initialized
+// never was); containers that already terminated stay as they were. The
+// pod has Succeeded if every container ended with exit code 0, else
+// Failed; the phase is returned.
 func setFinished(pod *corev1.Pod, now time.Time) corev1.PodPhase {
 	t := metav1.NewTime(now)
 	s := &pod.Status
-	phase := corev1.PodSucceeded
-	for _, statuses := range [][]corev1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
-		for i := range statuses {
-			cs := &statuses[i]
-			switch {
-			case cs.State.Terminated != nil:
-				// A completed init container, or a run that ended.
-			case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
-				cs.State = corev1.ContainerState{Terminated: cs.LastTerminationState.Terminated.DeepCopy()}
-			default:
-				var started metav1.Time
-				if cs.State.Running != nil {
-					started = cs.State.Running.StartedAt
-				}
-				cs.State = corev1.ContainerState{Terminated: terminated(0, started, t, cs.ContainerID)}
-			}
-			if cs.State.Terminated.ExitCode != 0 {
-				phase = corev1.PodFailed
-			}
-			cs.Ready = false
-			cs.Started = ptr(false)
+	sidecar := podrules.SpecSidecars(pod)
+	for i := range s.InitContainerStatuses {
+		cs := &s.InitContainerStatuses[i]
+		if cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
+			continue
 		}
+		stopContainer(cs, t)
+		// As the kubelet: a completed init container stays ready.
+		cs.Ready = podrules.InitCompleted(cs, sidecar(i))
 	}
-	s.Phase = phase
-	reason := "PodCompleted"
-	if phase == corev1.PodFailed {
-		reason = "PodFailed"
+	for i := range s.ContainerStatuses {
+		stopContainer(&s.ContainerStatuses[i], t)
 	}
-	setCondition(s, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "", "", t)
-	setCondition(s, corev1.ContainersReady, corev1.ConditionFalse, reason, "", t)
-	setCondition(s, corev1.PodReady, corev1.ConditionFalse, reason, "", t)
-	return phase
+	setPhase(pod, t, false, true)
+	return s.Phase
+}
+
+// stopContainer ends the container in state cs at t, as setFinished does.
+func stopContainer(cs *corev1.ContainerStatus, t metav1.Time) {
+	switch {
+	case cs.State.Terminated != nil:
+		// A completed init container, or a run that ended.
+	case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+		cs.State = corev1.ContainerState{Terminated: cs.LastTerminationState.Terminated.DeepCopy()}
+	default:
+		var started metav1.Time
+		if cs.State.Running != nil {
+			started = cs.State.Running.StartedAt
+		}
+		cs.State = corev1.ContainerState{Terminated: terminated(0, started, t, cs.ContainerID)}
+	}
+	cs.Ready = false
+	cs.Started = ptr(false)
+}
+
+// setPhase sets the pod's phase and its five conditions from its
+// containers' states, by the kubelet's rules (podrules): sandbox, its
+// containers can run; stopped, all of it was stopped. A condition that
+// keeps its status keeps its transition time.
+func setPhase(pod *corev1.Pod, t metav1.Time, sandbox, stopped bool) {
+	sidecar := podrules.SpecSidecars(pod)
+	pod.Status.Phase = podrules.Phase(&pod.Status, sidecar, stopped)
+	podrules.SetConditions(&pod.Status, sidecar, sandbox, t)
 }
 
 // terminated is the state of a container that exited with code.
 func terminated(code int32, started, finished metav1.Time, containerID string) *corev1.ContainerStateTerminated {
-	reason := "Completed"
-	if code != 0 {
-		reason = "Error"
-	}
 	return &corev1.ContainerStateTerminated{
 		ExitCode:    code,
-		Reason:      reason,
+		Reason:      podrules.TerminatedReason(code),
 		StartedAt:   started,
 		FinishedAt:  finished,
 		ContainerID: containerID,
@@ -160,7 +153,6 @@ const reasonBackOff = "CrashLoopBackOff"
 func setBackOff(pod *corev1.Pod, now time.Time, d time.Duration) {
 	t := metav1.NewTime(now)
 	s := &pod.Status
-	var unready []string
 	for i := range s.ContainerStatuses {
 		cs := &s.ContainerStatuses[i]
 		if cs.State.Terminated == nil {
@@ -171,11 +163,8 @@ func setBackOff(pod *corev1.Pod, now time.Time, d time.Duration) {
 			Reason:  reasonBackOff,
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, cs.Name, pod.Name, pod.Namespace, pod.UID),
 		}}
-		unready = append(unready, cs.Name)
 	}
-	msg := "containers with unready status: [" + strings.Join(unready, " ") + "]"
-	setCondition(s, corev1.ContainersReady, corev1.ConditionFalse, "ContainersNotReady", msg, t)
-	setCondition(s, corev1.PodReady, corev1.ConditionFalse, "ContainersNotReady", msg, t)
+	setPhase(pod, t, true, false)
 }
 
 // setRestarted runs again, from now, the containers waiting in
@@ -194,8 +183,7 @@ func setRestarted(pod *corev1.Pod, now time.Time) {
 		cs.Ready = true
 		cs.Started = ptr(true)
 	}
-	setCondition(s, corev1.ContainersReady, corev1.ConditionTrue, "", "", t)
-	setCondition(s, corev1.PodReady, corev1.ConditionTrue, "", "", t)
+	setPhase(pod, t, true, false)
 }
 
 // restartCount is the most restarts of any of the pod's (non-init)
@@ -247,7 +235,7 @@ func runningStatuses(pod *corev1.Pod, containers []corev1.Container, old []corev
 		if init && !podrules.IsSidecar(c) {
 			cs.State.Terminated = &corev1.ContainerStateTerminated{
 				ExitCode:    0,
-				Reason:      "Completed",
+				Reason:      podrules.TerminatedReason(0),
 				StartedAt:   t,
 				FinishedAt:  t,
 				ContainerID: cs.ContainerID,
@@ -260,38 +248,6 @@ func runningStatuses(pod *corev1.Pod, containers []corev1.Container, old []corev
 		out[i] = cs
 	}
 	return out
-}
-
-// setCondition sets one condition, moving its transition time only when its
-// status changes; conditions of other types (readiness gates, disruption
-// targets) are kept.
-func setCondition(s *corev1.PodStatus, typ corev1.PodConditionType, status corev1.ConditionStatus, reason, message string, now metav1.Time) {
-	for i := range s.Conditions {
-		c := &s.Conditions[i]
-		if c.Type != typ {
-			continue
-		}
-		if c.Status != status {
-			c.LastTransitionTime = now
-		}
-		c.Status, c.Reason, c.Message = status, reason, message
-		return
-	}
-	s.Conditions = append(s.Conditions, corev1.PodCondition{
-		Type:               typ,
-		Status:             status,
-		Reason:             reason,
-		Message:            message,
-		LastTransitionTime: now,
-	})
-}
-
-func names(containers []corev1.Container) string {
-	n := make([]string, len(containers))
-	for i := range containers {
-		n[i] = containers[i].Name
-	}
-	return strings.Join(n, " ")
 }
 
 func ptr[T any](v T) *T { return &v }
