@@ -35,5 +35,12 @@ func (c *Controller) syncMirror(ctx context.Context, key string, p provider.PodL
 // mirrorStatusWanted tells whether the status of the provider's pod static
 // is to be written to the API's mirror pod.
 func mirrorStatusWanted(mirror, static *corev1.Pod) bool {
-	return mirror.DeletionTimestamp == nil && podrules.IsStaticPod(static) && podrules.IsMirrorOf(mirror, static)
+	return mirrorWanted(mirror, podrules.IsStaticPod(static), static.Annotations[podrules.ConfigHashAnnotation])
+}
+
+// mirrorWanted tells whether the status of a pod is to be written to the
+// API's mirror pod: the pod is a static pod (static) whose config hash
+// the mirror carries, and the mirror is not being deleted.
+func mirrorWanted(mirror *corev1.Pod, static bool, hash string) bool {
+	return mirror.DeletionTimestamp == nil && static && podrules.MirrorsHash(mirror, hash)
 }

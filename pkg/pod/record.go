@@ -3,6 +3,7 @@ package pod
 import (
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -24,8 +25,18 @@ type podRecord struct {
 	mu       sync.Mutex
 	written  uint64 // fingerprint of the status last written
 	reported uint64 // sequence number of the report last written
-	stale    bool   // the last write conflicted: the cache may be behind
-	deleted  bool   // the final delete was sent
+	// writtenRV is the resourceVersion the API gave the pod for the
+	// status last written: the informer's echo of that write carries it.
+	writtenRV string
+	stale     bool // the last write conflicted: the cache may be behind
+	deleted   bool // the final delete was sent
+}
+
+// echoes tells whether pod is the informer's echo of the write of the
+// report numbered seq: the API's pod at the version that write gave it,
+// which needs no comparing again. The caller holds rec.mu.
+func (rec *podRecord) echoes(pod *corev1.Pod, seq uint64) bool {
+	return !rec.stale && rec.reported == seq && rec.writtenRV != "" && pod.ResourceVersion == rec.writtenRV
 }
 
 // records holds the record of each pod key. It is safe for concurrent use.

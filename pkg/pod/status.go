@@ -67,7 +67,7 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 	if err != nil {
 		return err
 	}
-	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	patched, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		// Deleted: the informer brings the next state.
 		return nil
@@ -76,6 +76,7 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 		return fmt.Errorf("patch pod status: %w", err)
 	}
 	rec.written = sum
+	rec.writtenRV = patched.ResourceVersion
 	c.metrics.observeStart(pod, want, now.Time)
 	klog.FromContext(ctx).V(3).Info("Patched pod status", "phase", want.Phase)
 	return nil

@@ -79,12 +79,15 @@ func (c *Controller) syncStatus(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	// updateStatus only reads the pod; copied all the same, as every
-	// object from the cache that is acted on.
-	pod = pod.DeepCopy()
-	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
+	// The cache's pod is passed as it is: writeReport and updateStatus
+	// only read it, and a copy of every pod at every event was most of
+	// the status worker's garbage.
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	if rep, ok := c.reports.newest(key); ok && rec.echoes(pod, rep.seq) {
+		return nil
+	}
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
 	return c.writeReport(ctx, key, rec, pod)
 }
 
@@ -109,25 +112,15 @@ func (c *Controller) writeReport(ctx context.Context, key string, rec *podRecord
 		}
 		pod = live
 	}
-	if !reportFits(pod, rep.pod) {
+	if !rep.fits(pod) {
 		c.reports.drop(key, rep.seq)
 		return nil
 	}
-	err := c.updateStatus(ctx, rec, pod, &rep.pod.Status)
+	err := c.updateStatus(ctx, rec, pod, &rep.status)
 	rec.stale = apierrors.IsConflict(err)
 	if err != nil {
 		return err
 	}
 	rec.reported = rep.seq
 	return nil
-}
-
-// reportFits tells whether a report is about the API's pod: a mirror pod
-// takes the status of the static pod it mirrors, any other pod that of a
-// pod with its UID (a report without one is taken as the pod's).
-func reportFits(pod, rep *corev1.Pod) bool {
-	if podrules.IsMirrorPod(pod) {
-		return mirrorStatusWanted(pod, rep)
-	}
-	return !podrules.IsStaticPod(rep) && (rep.UID == "" || rep.UID == pod.UID)
 }

@@ -270,3 +270,52 @@ func TestPolledProviderStatusIsRead(t *testing.T) {
 		return err == nil && pod.Status.Phase == corev1.PodSucceeded
 	})
 }
+
+// The informer's echo of a status write (the pod at the resourceVersion
+// the write gave it) is not compared again: at thousands of pods, each
+// write's echo redoing the merge and the comparison was most of the
+// status worker's garbage. Any other version of the pod is compared.
+func TestEchoOfAWriteIsNotComparedAgain(t *testing.T) {
+	ctx := context.Background()
+	api := testPod("a", "n")
+	api.ResourceVersion = "5"
+	client, c := newIdleController(t, newFakeProvider(), api)
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		echo := testPod("a", "n", runningStatus)
+		echo.ResourceVersion = "6"
+		return true, echo, nil
+	})
+	c.records.get("ns/p", "n", api.UID)
+	c.reports.put("ns/p", testPod("a", "n", runningStatus))
+	if err := c.syncStatus(ctx, "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	if got := apiWrites(client); !slices.Equal(got, []string{"status"}) {
+		t.Fatalf("API writes %v, want one status patch", got)
+	}
+	echo := testPod("a", "n", runningStatus)
+	echo.ResourceVersion = "6"
+	if err := c.informer.GetIndexer().Update(echo); err != nil {
+		t.Fatal(err)
+	}
+	compare := testing.AllocsPerRun(20, func() {
+		rec, _ := c.records.matching("ns/p", "n", api.UID)
+		rep, _ := c.reports.newest("ns/p")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if err := c.updateStatus(ctx, rec, echo, &rep.status); err != nil {
+			t.Fatal(err)
+		}
+	})
+	skipped := testing.AllocsPerRun(20, func() {
+		if err := c.syncStatus(ctx, "ns/p"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if skipped*4 > compare {
+		t.Errorf("syncStatus of the echo made %v allocations, the comparison it should skip %v", skipped, compare)
+	}
+	if got := apiWrites(client); len(got) != 1 {
+		t.Errorf("API writes %v after the echo, want the one status patch", got)
+	}
+}

@@ -204,7 +204,7 @@ func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *co
 		return nil
 	}
 	key := keyOf(pod)
-	if rep, ok := c.reports.newest(key); ok && rep.seq != rec.reported && finished(rep.pod) {
+	if rep, ok := c.reports.newest(key); ok && rep.seq != rec.reported && podrules.IsFinal(rep.status.Phase) {
 		if err := c.writeReport(ctx, key, rec, pod); err != nil {
 			return err
 		}

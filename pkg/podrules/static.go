@@ -40,6 +40,12 @@ func IsMirrorPod(pod *corev1.Pod) bool {
 // IsMirrorOf tells whether mirror is the mirror pod of the static pod
 // static: it carries static's hash.
 func IsMirrorOf(mirror, static *corev1.Pod) bool {
-	hash, ok := mirror.Annotations[ConfigMirrorAnnotation]
-	return ok && hash != "" && hash == static.Annotations[ConfigHashAnnotation]
+	return MirrorsHash(mirror, static.Annotations[ConfigHashAnnotation])
+}
+
+// MirrorsHash tells whether mirror is the mirror pod of the static pod
+// whose config hash is hash.
+func MirrorsHash(mirror *corev1.Pod, hash string) bool {
+	h, ok := mirror.Annotations[ConfigMirrorAnnotation]
+	return ok && h != "" && h == hash
 }
