@@ -179,10 +179,12 @@ bin/coredns: hack/coredns/go.mod hack/coredns/go.sum
 bin/conformance:
 	$(GO) build -o bin/conformance ./hack/conformance
 
-# conformance: the node conformance tests of e2e.test against a cri node and
-# a process node, each on a fresh local cluster with CoreDNS and kube-proxy
-# (needs root). Reports in .local/conformance; CONFORMANCE_FLAGS are passed
-# to hack/conformance (for example --providers cri --focus 'ConfigMap').
+# conformance: the certification set ([Conformance] over the whole of
+# e2e.test) and every [NodeConformance] spec against a cri node on a fresh
+# local cluster with CoreDNS and kube-proxy (needs root); fails when a spec
+# fails or something is left behind. Reports and summary.md in
+# .local/conformance; CONFORMANCE_FLAGS are passed to hack/conformance (for
+# example --providers cri,process --focus 'ConfigMap').
 CONFORMANCE_FLAGS ?=
 conformance: build bin/e2e.test bin/ginkgo bin/kube-proxy bin/coredns bin/conformance \
 		bin/containerd bin/containerd-shim-runc-v2 cri-deps images

@@ -42,7 +42,7 @@ type options struct {
 
 func run() error {
 	var o options
-	providers := flag.String("providers", "cri,process", "comma-separated providers to run the suite against, each on its own fresh cluster")
+	providers := flag.String("providers", "cri", "comma-separated providers (cri, process) to run the suite against, each on its own fresh cluster; the certification run is cri's: the process provider runs no images")
 	flag.StringVar(&o.out, "out", ".local/conformance", "directory for reports, logs and the clusters' state")
 	flag.StringVar(&o.bin, "bin", "bin", "directory of controlplane, nodelet, e2e.test, ginkgo, kube-proxy, coredns, images, containerd")
 	flag.StringVar(&o.images, "images", ".local/images", "the images directory of make images")
@@ -107,6 +107,12 @@ func run() error {
 	}
 	for _, r := range reports {
 		fmt.Println(r.line())
+		if r.Summary.Failed > 0 {
+			failed = append(failed, fmt.Sprintf("%s: %d specs failed", r.Provider, r.Summary.Failed))
+		}
+		if len(r.Leaks) > 0 {
+			failed = append(failed, fmt.Sprintf("%s: %d things left behind", r.Provider, len(r.Leaks)))
+		}
 	}
 	if len(failed) > 0 {
 		return errors.New(strings.Join(failed, "; "))

@@ -29,6 +29,9 @@ import (
 type report struct {
 	Provider string
 	Machine  string
+	// Commit is nodelet's commit the run was built from, "+dirty" when
+	// the tree had changes.
+	Commit   string
 	Date     time.Time
 	Summary  conformance.Summary
 	Starts   latency
@@ -59,7 +62,7 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &report{Provider: provider, Machine: machine(), Date: time.Now().UTC()}
+	r := &report{Provider: provider, Machine: machine(), Commit: commit(ctx), Date: time.Now().UTC()}
 	junit := filepath.Join(dir, "junit_01.xml")
 	var wall time.Duration
 	runErr := func() error {
@@ -93,7 +96,7 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 			procs = o.procsProc
 		}
 		args := []string{"--procs", fmt.Sprint(procs), "--timeout", o.timeout.String(), "--no-color",
-			"--focus", focus, "--focus-file", conformance.FocusFile, "--skip", skip,
+			"--focus", focus, "--skip", skip,
 			filepath.Join(o.bin, "e2e.test"), "--"}
 		args = append(args, conformance.E2EArgs(e2eOpts)...)
 		log, err := os.Create(filepath.Join(dir, "e2e.log"))
@@ -140,11 +143,20 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 func (c *cluster) leftBehind(ctx context.Context) []string {
 	var left []string
 	_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		left = nil
-		nss, err := c.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
+		left = c.listLeft(ctx)
+		return len(left) == 0, nil
+	})
+	return left
+}
+
+// listLeft lists once what leftBehind looks for. What it cannot list is
+// itself left: a check that could not look never passes.
+func (c *cluster) listLeft(ctx context.Context) []string {
+	var left []string
+	nss, err := c.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		left = append(left, fmt.Sprintf("namespaces unknown (list: %v)", err))
+	} else {
 		for _, ns := range nss.Items {
 			switch ns.Name {
 			case "default", "kube-system", "kube-public", "kube-node-lease":
@@ -152,30 +164,30 @@ func (c *cluster) leftBehind(ctx context.Context) []string {
 			}
 			left = append(left, "namespace "+ns.Name)
 		}
-		pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
+	}
+	pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		left = append(left, fmt.Sprintf("pods unknown (list: %v)", err))
+	} else {
 		for _, p := range pods.Items {
 			left = append(left, "pod "+p.Namespace+"/"+p.Name)
 		}
-		if c.runtime != nil {
-			sandboxes, containers, err := c.runtimeObjects(ctx)
-			if err != nil {
-				return false, nil
-			}
-			left = append(left, sandboxes...)
-			left = append(left, containers...)
-		}
-		mounts, err := mountinfo.Under(c.rootDir)
+	}
+	if c.runtime != nil {
+		sandboxes, containers, err := c.runtimeObjects(ctx)
 		if err != nil {
-			return false, nil
+			left = append(left, fmt.Sprintf("sandboxes and containers unknown (list: %v)", err))
 		}
-		for _, m := range mounts {
-			left = append(left, "mount "+m)
-		}
-		return len(left) == 0, nil
-	})
+		left = append(left, sandboxes...)
+		left = append(left, containers...)
+	}
+	mounts, err := mountinfo.Under(c.rootDir)
+	if err != nil {
+		left = append(left, fmt.Sprintf("mounts unknown (read: %v)", err))
+	}
+	for _, m := range mounts {
+		left = append(left, "mount "+m)
+	}
 	return left
 }
 

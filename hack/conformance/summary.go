@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -42,9 +45,25 @@ func machine() string {
 	return fmt.Sprintf("%d cores%s%s", runtime.NumCPU(), model, mem)
 }
 
+// commit is the commit of the tree conformance runs in, "+dirty" when it
+// has changes; "unknown" outside a git tree.
+func commit(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err != nil || len(st) > 0 {
+		c += "+dirty"
+	}
+	return c
+}
+
 // writeSummary writes out/summary.md from every provider's last report
-// under out: a table of the runs, passed/total per group of specs for
-// each provider, what failed and what was left behind.
+// under out: a table of the runs, the certification set's count
+// ([Conformance] specs) and the whole selection's, passed/failed/skipped
+// per group of specs for each provider, what failed and what was left
+// behind.
 func writeSummary(out string) error {
 	paths, _ := filepath.Glob(filepath.Join(out, "*", "report.json"))
 	var reports []report
@@ -60,15 +79,57 @@ func writeSummary(out string) error {
 		reports = append(reports, r)
 	}
 	sort.Slice(reports, func(i, j int) bool { return reports[i].Provider < reports[j].Provider })
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, "summary.md"), []byte(summary(reports)), 0o644)
+}
+
+// tally counts the specs of a selection by outcome.
+type tally struct{ passed, failed, skipped int }
+
+func (t *tally) add(status string) {
+	switch status {
+	case "passed":
+		t.passed++
+	case "failed":
+		t.failed++
+	default:
+		t.skipped++
+	}
+}
+
+func (t tally) String() string {
+	return fmt.Sprintf("%d / %d / %d of %d", t.passed, t.failed, t.skipped, t.passed+t.failed+t.skipped)
+}
+
+var (
+	selected      = regexp.MustCompile(conformance.Focus)
+	certification = regexp.MustCompile(`\[Conformance\]`)
+)
+
+// summary is the Markdown of summary.md for reports.
+func summary(reports []report) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "# Node conformance")
+	fmt.Fprintln(&b, "# Conformance")
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| provider | passed | failed | run | duration | pod start p50 | pod start p99 | date | machine |")
+	fmt.Fprintln(&b, "Passed / failed / skipped of the specs in each set: the certification set is every `[Conformance]` spec, the selection adds every `[NodeConformance]` spec.")
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, "| provider | certification set | selection | duration | pod start p50 | pod start p99 | date | commit | machine |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range reports {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %s | %s |\n", r.Provider, r.Summary.Passed, r.Summary.Failed,
-			r.Summary.Passed+r.Summary.Failed, r.Summary.Duration.Round(time.Second), r.Starts.P50.Round(100*time.Millisecond),
-			r.Starts.P99.Round(100*time.Millisecond), r.Date.Format("2006-01-02"), r.Machine)
+		var cert, sel tally
+		for _, res := range r.Summary.Results {
+			if certification.MatchString(res.Name) {
+				cert.add(res.Status)
+			}
+			if selected.MatchString(res.Name) {
+				sel.add(res.Status)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Provider, cert, sel,
+			r.Summary.Duration.Round(time.Second), r.Starts.P50.Round(100*time.Millisecond),
+			r.Starts.P99.Round(100*time.Millisecond), r.Date.Format("2006-01-02"), r.Commit, r.Machine)
 	}
 	writeGroups(&b, reports)
 	for _, r := range reports {
@@ -85,34 +146,28 @@ func writeSummary(out string) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(out, "summary.md"), []byte(b.String()), 0o644)
+	return b.String()
 }
 
-// writeGroups writes passed/run per group of specs, a column per provider.
+// writeGroups writes passed / failed / skipped per group of the selected
+// specs, a column per provider.
 func writeGroups(b *strings.Builder, reports []report) {
-	type count struct{ passed, run int }
-	groups := map[string]map[string]*count{}
+	groups := map[string]map[string]*tally{}
 	for _, r := range reports {
 		for _, res := range r.Summary.Results {
-			if res.Status == "skipped" {
+			if !selected.MatchString(res.Name) {
 				continue
 			}
 			g := conformance.Group(res.Name)
 			if groups[g] == nil {
-				groups[g] = map[string]*count{}
+				groups[g] = map[string]*tally{}
 			}
-			c := groups[g][r.Provider]
-			if c == nil {
-				c = &count{}
-				groups[g][r.Provider] = c
+			t := groups[g][r.Provider]
+			if t == nil {
+				t = &tally{}
+				groups[g][r.Provider] = t
 			}
-			c.run++
-			if res.Status == "passed" {
-				c.passed++
-			}
+			t.add(res.Status)
 		}
 	}
 	names := make([]string, 0, len(groups))
@@ -133,8 +188,8 @@ func writeGroups(b *strings.Builder, reports []report) {
 	for _, g := range names {
 		fmt.Fprintf(b, "| %s |", g)
 		for _, r := range reports {
-			if c := groups[g][r.Provider]; c != nil {
-				fmt.Fprintf(b, " %d/%d |", c.passed, c.run)
+			if t := groups[g][r.Provider]; t != nil {
+				fmt.Fprintf(b, " %s |", *t)
 			} else {
 				fmt.Fprint(b, " – |")
 			}

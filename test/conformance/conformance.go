@@ -15,32 +15,49 @@ import (
 	"time"
 )
 
-// Focus and FocusFile select the node conformance specs: every spec
-// marked [NodeConformance] or [Conformance] in test/e2e/common (node,
-// storage, network), which holds every [NodeConformance] spec of the suite.
-const (
-	Focus     = `\[NodeConformance\]|\[Conformance\]`
-	FocusFile = `test/e2e/common/`
-)
+// Focus selects what a certification run runs: every [Conformance] spec
+// of the whole suite (what the certification tools select, 446 in
+// v1.36.3's test/conformance/testdata/conformance.yaml; the [Serial] ones
+// run one at a time after the rest) and every [NodeConformance] spec.
+const Focus = `\[Conformance\]|\[NodeConformance\]`
+
+// SmokeFocusFile limits the smoke set's focus to the files of its specs.
+const SmokeFocusFile = `test/e2e/common/`
 
 // Skip is a spec skipped, with why.
 type Skip struct {
 	// Pattern is a regular expression matched against the spec's full
 	// text (as --ginkgo.skip).
 	Pattern string
-	// Reason says why the spec cannot run here; docs/conformance.md lists it.
+	// Reason says why the spec cannot run here; docs/conformance.md lists
+	// each, and TestSkipsAreDocumented checks that it does.
 	Reason string
 }
 
 // Skips are the specs of the selection that are not run, each with its
-// reason. A spec is skipped only when it needs what one node cannot give,
-// or a feature nodelet deliberately lacks.
+// reason. A spec is skipped only when one node truly cannot run it; no
+// [Conformance] spec is skipped for a feature nodelet lacks.
 var Skips = []Skip{
-	{`\[Disruptive\]`, "restarts or reboots the node or its kubelet through SSH or systemd, which a local node does not offer"},
-	{`\[Flaky\]`, "marked flaky upstream; not part of any conformance profile"},
-	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36"},
-	{`\[sig-node\] ImageVolume `, "image volumes (spec.volumes[].image), which nodelet does not implement yet; the test also needs upstream's kitten image, whose Alpine base cannot be built here"},
-	{`\[FeatureGate:HostnameOverride\]`, "its specs need the glibc-dns-testing image, which make images does not build (nodelet honours spec.hostnameOverride)"},
+	{`\[Flaky\]`, "marked flaky upstream; no [Conformance] spec is, and no conformance profile runs them"},
+	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36; no [Conformance] spec does"},
+	{`\[sig-node\] ImageVolume `, "image volumes (spec.volumes[].image), which nodelet does not implement yet; the test also needs the kitten image, which make images does not build yet"},
+	{`\[FeatureGate:HostnameOverride\]`, "its specs need the glibc-dns-testing image, which make images does not build yet (nodelet honours spec.hostnameOverride)"},
+}
+
+// The markers around the table of skips in docs/conformance.md.
+const (
+	SkipTableStart = "<!-- skips: from Skips in test/conformance; TestSkipsAreDocumented checks it -->"
+	SkipTableEnd   = "<!-- end of skips -->"
+)
+
+// SkipTable is the Markdown table of Skips that docs/conformance.md holds.
+func SkipTable() string {
+	var b strings.Builder
+	b.WriteString("| skipped (--ginkgo.skip) | why |\n|---|---|\n")
+	for _, s := range Skips {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", strings.ReplaceAll(s.Pattern, "|", "\\|"), s.Reason)
+	}
+	return b.String()
 }
 
 // SkipRegexp is the --ginkgo.skip of the run: every pattern of Skips.

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"os"
+	"strings"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -43,7 +44,8 @@ func TestSelection(t *testing.T) {
 	skip := regexp.MustCompile(SkipRegexp())
 	for name, skipped := range map[string]bool{
 		"[sig-node] Pods [It] should get a host IP [NodeConformance] [Conformance]": false,
-		"[sig-node] Foo [Disruptive] [It] reboots [NodeConformance]":                true,
+		"[sig-node] Foo [Disruptive] [It] reboots [NodeConformance]":                false,
+		"[sig-node] Foo [Flaky] [It] flakes [NodeConformance]":                      true,
 		"[sig-node] Bar [Feature:SidecarContainers] [It] x [NodeConformance]":       true,
 		"[sig-node] [FeatureGate:SidecarContainers] Baz [It] x [NodeConformance]":   false,
 	} {
@@ -56,5 +58,24 @@ func TestSelection(t *testing.T) {
 		if !focus.MatchString("[sig-x] " + name + " [NodeConformance]") {
 			t.Errorf("the smoke focus does not match %q", name)
 		}
+	}
+}
+
+// TestSkipsAreDocumented checks that docs/conformance.md lists exactly the
+// skips of Skips, with their reasons, between its two markers.
+func TestSkipsAreDocumented(t *testing.T) {
+	const path = "../../docs/conformance.md"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	start := strings.Index(doc, SkipTableStart)
+	end := strings.Index(doc, SkipTableEnd)
+	if start < 0 || end < start {
+		t.Fatalf("%s: no table of skips between %q and %q", path, SkipTableStart, SkipTableEnd)
+	}
+	if got, want := doc[start+len(SkipTableStart):end], "\n"+SkipTable(); got != want {
+		t.Errorf("%s: the table of skips is\n%s\nwant (from Skips)\n%s", path, got, want)
 	}
 }

@@ -34,7 +34,7 @@ func TestConformanceSmoke(t *testing.T) {
 	}
 	args := append([]string{
 		"--ginkgo.focus=" + conformance.SmokeFocus(),
-		"--ginkgo.focus-file=" + conformance.FocusFile,
+		"--ginkgo.focus-file=" + conformance.SmokeFocusFile,
 		"--ginkgo.skip=" + conformance.SkipRegexp(),
 		"--ginkgo.no-color",
 	}, conformance.E2EArgs(conformance.Options{
