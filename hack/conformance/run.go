@@ -31,11 +31,11 @@ type report struct {
 	Machine  string
 	// Commit is nodelet's commit the run was built from, "+dirty" when
 	// the tree had changes.
-	Commit   string
-	Date     time.Time
-	Summary  conformance.Summary
-	Starts   latency
-	Leaks    []string
+	Commit  string
+	Date    time.Time
+	Summary conformance.Summary
+	Starts  latency
+	Leaks   []string
 }
 
 func (r report) line() string {

@@ -2,9 +2,9 @@ package conformance
 
 import (
 	"os"
-	"strings"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
