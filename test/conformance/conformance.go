@@ -21,9 +21,6 @@ import (
 // run one at a time after the rest) and every [NodeConformance] spec.
 const Focus = `\[Conformance\]|\[NodeConformance\]`
 
-// SmokeFocusFile limits the smoke set's focus to the files of its specs.
-const SmokeFocusFile = `test/e2e/common/`
-
 // Skip is a spec skipped, with why.
 type Skip struct {
 	// Pattern is a regular expression matched against the spec's full
@@ -71,8 +68,11 @@ func SkipRegexp() string {
 
 // Smoke are the specs of the smoke set that make test runs (package
 // test/e2e): pods, configmap/secret/downward API volumes, probes, init
-// containers, logs and exec. Each is matched as a literal substring of the
-// spec's text.
+// containers, logs and exec, and one spec of each group beyond
+// test/e2e/common: a Deployment rolling out (apps), kubectl logs through
+// the node (cli), a pod reading the API server's OIDC discovery through
+// the kubernetes Service with its token (auth). Each is matched as a
+// literal substring of the spec's text, over the whole suite.
 var Smoke = []string{
 	"Pods should be submitted and removed",
 	"Pods should get a host IP",
@@ -86,6 +86,9 @@ var Smoke = []string{
 	"Kubelet when scheduling a busybox command in a pod should print the output to logs",
 	"Pods should support remote command execution over websockets",
 	"Container Runtime blackbox test on terminated container should report termination message from log output if TerminationMessagePolicy FallbackToLogsOnError is set",
+	"[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones",
+	"[sig-cli] Kubectl logs logs should be able to retrieve and filter logs",
+	"[sig-auth] ServiceAccounts ServiceAccountIssuerDiscovery should support OIDC discovery of service account issuer",
 }
 
 // SmokeFocus is the --ginkgo.focus of the smoke set.
