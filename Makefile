@@ -83,11 +83,12 @@ test e2e: bin/containerd bin/containerd-shim-runc-v2 cri-deps
 
 # images: the container images the cri tests run, built from source into an
 # OCI image layout in IMAGES_DIR by hack/images (its own module, which pins
-# agnhost's Kubernetes release): busybox (built from Debian's source
-# package), agnhost, pause and the other images of the node conformance
-# tests. Rebuilt
-# only when an input changes. `bin/images serve --dir $(IMAGES_DIR)` serves
-# them as a registry on loopback.
+# agnhost's Kubernetes release and etcd): busybox (built from Debian's source
+# package), agnhost, pause, the other images of the node conformance tests
+# and those of the other conformance specs (glibc-dns-testing, kitten,
+# nautilus, sample-apiserver, etcd). Rebuilt only when an input changes.
+# `bin/images serve --dir $(IMAGES_DIR)` serves them as a registry on
+# loopback.
 IMAGES_DIR := $(LOCAL)/images
 BUSYBOX := bin/busybox
 IMAGES_GOFLAGS := -trimpath -ldflags "-s -w"
@@ -97,13 +98,27 @@ images: $(IMAGES_DIR)/index.json
 # agnhost also carries Debian's curl and netcat-openbsd with their shared
 # libraries, and porter's TLS certificate and key from its source, as
 # upstream's image has them (the networking and hook tests use them).
+# Debian's dig, host, nslookup and getent (the DNS specs) are a layer that
+# agnhost and glibc-dns-testing share; glibc-dns-testing adds Debian's
+# hostname (the hostnameOverride specs). kitten and nautilus serve the
+# pictures of k8s.io/kubernetes' test/images.
 CURL := /usr/bin/curl
 NC_OPENBSD := /bin/nc.openbsd
-$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause bin/nnp $(BUSYBOX) $(CURL) $(NC_OPENBSD)
-	porter=$$(cd hack/images && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter; \
+DIG := /usr/bin/dig
+DNS_HOST := /usr/bin/host
+NSLOOKUP := /usr/bin/nslookup
+GETENT := /usr/bin/getent
+HOSTNAME_CMD := /bin/hostname
+DEB_TOOLS := $(CURL) $(NC_OPENBSD) $(DIG) $(DNS_HOST) $(NSLOOKUP) $(GETENT) $(HOSTNAME_CMD)
+$(IMAGES_DIR)/index.json: bin/images bin/agnhost bin/pause bin/nnp bin/etcd bin/sample-apiserver $(BUSYBOX) $(DEB_TOOLS)
+	k8s=$$(cd hack/images && $(GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images; \
 	bin/images build --dir $(IMAGES_DIR) --busybox $(BUSYBOX) --agnhost bin/agnhost --pause bin/pause --nnp bin/nnp \
+		--etcd bin/etcd --sample-apiserver bin/sample-apiserver \
 		--tool usr/bin/curl=$(CURL) --tool usr/bin/nc=$(NC_OPENBSD) \
-		--file localhost.crt=$$porter/localhost.crt --file localhost.key=$$porter/localhost.key
+		--file localhost.crt=$$k8s/agnhost/porter/localhost.crt --file localhost.key=$$k8s/agnhost/porter/localhost.key \
+		--dns-tool usr/bin/dig=$(DIG) --dns-tool usr/bin/host=$(DNS_HOST) --dns-tool usr/bin/nslookup=$(NSLOOKUP) \
+		--dns-tool usr/bin/getent=$(GETENT) --glibc-tool bin/hostname=$(HOSTNAME_CMD) \
+		--kitten $$k8s/kitten/html/kitten.jpg --nautilus $$k8s/nautilus/html/nautilus.jpg
 
 bin/images: $(filter-out %_test.go,$(wildcard hack/images/*.go)) hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/images .
@@ -117,6 +132,18 @@ bin/agnhost: hack/images/go.mod hack/images/go.sum
 bin/nnp: hack/images/go.mod hack/images/go.sum
 	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/nnp k8s.io/kubernetes/test/images/nonewprivs
 
+# etcd at the release of the etcd image's tag (3.6.8), the one Kubernetes
+# v1.36.3 uses.
+bin/etcd: hack/images/go.mod hack/images/go.sum
+	cd hack/images && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../bin/etcd go.etcd.io/etcd/server/v3
+
+# sample-apiserver at the release of its image's tag (1.29.2: the
+# Aggregator spec runs an older sample-apiserver against the current
+# aggregator), a module of its own as its Kubernetes libraries are that
+# release's.
+bin/sample-apiserver: hack/images/sampleapiserver/go.mod hack/images/sampleapiserver/go.sum
+	cd hack/images/sampleapiserver && CGO_ENABLED=0 $(GO) build $(IMAGES_GOFLAGS) -o ../../../bin/sample-apiserver k8s.io/sample-apiserver
+
 # busybox: built static from Debian's source package (hack/images/build-busybox.sh
 # pins it), configured as upstream's image (defconfig; Debian's busybox-static
 # config lacks wget -T, nc -z, ...) and keeping upstream's ash, which passes
@@ -126,7 +153,12 @@ $(BUSYBOX): hack/images/build-busybox.sh
 
 DEB_OF_$(CURL) := curl
 DEB_OF_$(NC_OPENBSD) := netcat-openbsd
-$(CURL) $(NC_OPENBSD):
+DEB_OF_$(DIG) := bind9-dnsutils
+DEB_OF_$(DNS_HOST) := bind9-dnsutils
+DEB_OF_$(NSLOOKUP) := bind9-dnsutils
+DEB_OF_$(GETENT) := libc-bin
+DEB_OF_$(HOSTNAME_CMD) := hostname
+$(DEB_TOOLS):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@) || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_OF_$@); }
 
@@ -151,8 +183,9 @@ image-push: image
 	bin/images push --dir $(IMAGE_DIR)/oci --to $(IMAGE_TO)
 
 # images-test: hack/images' own tests (build a few images, serve, pull; run
-# the built busybox's applets against servers on loopback).
-images-test: $(BUSYBOX)
+# the built busybox's applets against servers on loopback, and the DNS
+# specs' probe in agnhost and glibc-dns-testing with Debian's tools).
+images-test: $(BUSYBOX) $(DIG) $(DNS_HOST) $(NSLOOKUP) $(GETENT) $(HOSTNAME_CMD)
 	cd hack/images && $(GO) test ./...
 
 test e2e: images

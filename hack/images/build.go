@@ -41,7 +41,14 @@ var (
 	// The other images of the node conformance tests.
 	nonrootRefs    = []string{"registry.k8s.io/e2e-test-images/nonroot:1.5"}
 	nonewprivsRefs = []string{"registry.k8s.io/e2e-test-images/nonewprivs:1.4"}
-	nginxRefs      = []string{"registry.k8s.io/e2e-test-images/nginx:1.15-4"}
+	// nginx:1.27-0 is the "new nginx" of the server-side apply specs, which
+	// only need a second name; nginx:latest is what the admission policy
+	// specs' deployments name.
+	nginxRefs = []string{
+		"registry.k8s.io/e2e-test-images/nginx:1.15-4",
+		"registry.k8s.io/e2e-test-images/nginx:1.27-0",
+		"docker.io/library/nginx:latest",
+	}
 )
 
 // Annotations of an index entry of the layout: the image's full reference
@@ -53,12 +60,15 @@ const (
 
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// inputs are the static binaries the images are made of.
+// inputs are the static binaries the images are made of, and the host
+// files they carry.
 type inputs struct {
-	busybox string
-	agnhost string
-	pause   string
-	nnp     string // nonewprivs' nnp
+	busybox         string
+	agnhost         string
+	pause           string
+	nnp             string // nonewprivs' nnp
+	etcd            string // go.etcd.io/etcd/server/v3
+	sampleAPIServer string // k8s.io/sample-apiserver
 	// tools are host binaries (Debian's curl and netcat-openbsd) added
 	// to agnhost with the shared libraries they load, as upstream's image
 	// has them: image path → host path.
@@ -66,6 +76,24 @@ type inputs struct {
 	// files are host files added to agnhost as they are (porter's TLS
 	// certificate and key): image path → host path.
 	files map[string]string
+	// dnsTools (Debian's dig, host, nslookup and getent) are a layer of
+	// their own, added as tools are, that agnhost and glibc-dns-testing
+	// share; glibcTools (Debian's hostname) are glibc-dns-testing's alone.
+	dnsTools, glibcTools map[string]string
+	// kitten and nautilus are the pictures (JPEG) of the update demo
+	// images of those names.
+	kitten, nautilus string
+}
+
+// statics are the inputs that must be static executables.
+func (in inputs) statics() []string {
+	return []string{in.busybox, in.agnhost, in.pause, in.nnp, in.etcd, in.sampleAPIServer}
+}
+
+// imageSet is an image and the references that name it.
+type imageSet struct {
+	img  v1.Image
+	refs []string
 }
 
 // built is one reference that build wrote.
@@ -78,48 +106,15 @@ type built struct {
 // build writes the images into an OCI image layout at dir, replacing what
 // was there once every image is written.
 func build(ctx context.Context, dir string, in inputs) ([]built, error) {
-	for _, bin := range []string{in.busybox, in.agnhost, in.pause, in.nnp} {
+	for _, bin := range in.statics() {
 		if err := checkStatic(bin); err != nil {
 			return nil, fmt.Errorf("build: %w", err)
 		}
 	}
-	base, version, err := busyboxLayer(ctx, in.busybox)
+	sets, err := images(ctx, in)
 	if err != nil {
-		return nil, fmt.Errorf("build busybox: %w", err)
+		return nil, err
 	}
-	busybox, err := newImage(imageSpec{
-		layers:  []layerSpec{{base, "busybox " + version + " from Debian's source package"}},
-		config:  v1.Config{Cmd: []string{"sh"}, User: "0", Env: []string{defaultPath}},
-		version: version,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build busybox: %w", err)
-	}
-	pause, err := pauseImage(in.pause)
-	if err != nil {
-		return nil, fmt.Errorf("build pause: %w", err)
-	}
-	agnhost, err := agnhostImage(base, version, in.agnhost, in.tools, in.files, pause)
-	if err != nil {
-		return nil, fmt.Errorf("build agnhost: %w", err)
-	}
-	baseLayer := layerSpec{base, "busybox " + version + " from Debian's source package"}
-	nonroot, err := newImage(imageSpec{
-		layers: []layerSpec{baseLayer},
-		config: v1.Config{Cmd: []string{"sh"}, User: "1234", Env: []string{defaultPath}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build nonroot: %w", err)
-	}
-	nonewprivs, err := nonewprivsImage(baseLayer, in.nnp)
-	if err != nil {
-		return nil, fmt.Errorf("build nonewprivs: %w", err)
-	}
-	nginx, err := nginxImage(agnhost)
-	if err != nil {
-		return nil, fmt.Errorf("build nginx: %w", err)
-	}
-
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -132,11 +127,7 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 		return nil, fmt.Errorf("build: write layout: %w", err)
 	}
 	var out []built
-	for _, set := range []struct {
-		img  v1.Image
-		refs []string
-	}{{busybox, busyboxRefs}, {agnhost, agnhostRefs}, {pause, pauseRefs},
-		{nonroot, nonrootRefs}, {nonewprivs, nonewprivsRefs}, {nginx, nginxRefs}} {
+	for _, set := range sets {
 		b, err := appendImage(p, set.img, set.refs)
 		if err != nil {
 			return nil, fmt.Errorf("build: %w", err)
@@ -150,6 +141,64 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 		return nil, fmt.Errorf("build: replace %s: %w", dir, err)
 	}
 	return out, nil
+}
+
+// images are every image build writes, in the order it writes them.
+func images(ctx context.Context, in inputs) ([]imageSet, error) {
+	base, version, err := busyboxLayer(ctx, in.busybox)
+	if err != nil {
+		return nil, fmt.Errorf("build busybox: %w", err)
+	}
+	baseLayer := layerSpec{base, "busybox " + version + " from Debian's source package"}
+	busybox, err := newImage(imageSpec{
+		layers:  []layerSpec{baseLayer},
+		config:  v1.Config{Cmd: []string{"sh"}, User: "0", Env: []string{defaultPath}},
+		version: version,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build busybox: %w", err)
+	}
+	pause, err := pauseImage(in.pause)
+	if err != nil {
+		return nil, fmt.Errorf("build pause: %w", err)
+	}
+	dnsL, err := dnsToolsLayer(in.dnsTools)
+	if err != nil {
+		return nil, fmt.Errorf("build the DNS tools: %w", err)
+	}
+	agnhostL, err := agnhostLayer(in.agnhost, in.tools, in.files, pause)
+	if err != nil {
+		return nil, fmt.Errorf("build agnhost: %w", err)
+	}
+	agnhost, err := newImage(imageSpec{layers: []layerSpec{baseLayer, dnsL, agnhostL}, config: agnhostConfig()})
+	if err != nil {
+		return nil, fmt.Errorf("build agnhost: %w", err)
+	}
+	nonroot, err := newImage(imageSpec{
+		layers: []layerSpec{baseLayer},
+		config: v1.Config{Cmd: []string{"sh"}, User: "1234", Env: []string{defaultPath}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build nonroot: %w", err)
+	}
+	// Upstream's nonewprivs: nnp, set-user-ID root, prints the effective
+	// user ID.
+	nonewprivs, err := binaryImage(baseLayer, "usr/local/bin/nnp", 0o4755, in.nnp,
+		"nnp from k8s.io/kubernetes test/images/nonewprivs", v1.Config{Cmd: []string{"nnp"}})
+	if err != nil {
+		return nil, fmt.Errorf("build nonewprivs: %w", err)
+	}
+	nginx, err := nginxImage(agnhost)
+	if err != nil {
+		return nil, fmt.Errorf("build nginx: %w", err)
+	}
+	sets := []imageSet{{busybox, busyboxRefs}, {agnhost, agnhostRefs}, {pause, pauseRefs},
+		{nonroot, nonrootRefs}, {nonewprivs, nonewprivsRefs}, {nginx, nginxRefs}}
+	more, err := conformanceImages(baseLayer, dnsL, agnhostL, in)
+	if err != nil {
+		return nil, err
+	}
+	return append(sets, more...), nil
 }
 
 // appendImage writes img to the layout once (its blobs are shared) and
@@ -297,27 +346,30 @@ func busyboxVersion(banner []byte) string {
 	return strings.TrimPrefix(f[1], "v")
 }
 
-// agnhostImage is agnhost over the busybox layer, as upstream's image has
-// it: /agnhost (and /agnhost-2, for the entrypoint tests), /uploads for
-// netexec, and the user and group that the supplemental groups tests expect
-// in the image.
-func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools, files map[string]string, pause v1.Image) (v1.Image, error) {
+// agnhostLayer is what agnhost adds to the busybox and DNS tools layers,
+// as upstream's image has it: /agnhost (and /agnhost-2, for the entrypoint
+// tests), /uploads for netexec, the user and group that the supplemental
+// groups tests expect in the image, the host tools and files, and the
+// pause image under /var/registry. Upstream's image is Alpine Linux, and
+// its /etc/os-release says so; this one says what it stands in for (the
+// ImageVolume spec looks for that name in kitten's).
+func agnhostLayer(bin string, tools, files map[string]string, pause v1.Image) (layerSpec, error) {
 	fs := rootfs{}
 	for name, src := range files {
 		if err := fs.copy(name, 0o644, src); err != nil {
-			return nil, err
+			return layerSpec{}, err
 		}
 	}
 	if err := fakeRegistry(fs, pause, "pause", "testing"); err != nil {
-		return nil, err
+		return layerSpec{}, err
 	}
 	for name, src := range tools {
 		if err := fs.dynamic(name, src); err != nil {
-			return nil, err
+			return layerSpec{}, err
 		}
 	}
 	if err := fs.copy("agnhost", 0o755, bin); err != nil {
-		return nil, err
+		return layerSpec{}, err
 	}
 	fs.symlink("agnhost-2", "agnhost")
 	fs.dir("uploads", 0o755)
@@ -329,18 +381,24 @@ func agnhostImage(base v1.Layer, busyboxVersion, bin string, tools, files map[st
 		[]account{{name: "root", id: 0}, {name: "user-defined-in-image", id: 1000},
 			{name: "group-defined-in-image", id: 50000, members: []string{"user-defined-in-image"}},
 			{name: "nobody", id: 65534}})
+	fs.file("etc/os-release", 0o644, []byte(agnhostOSRelease))
 	l, err := fs.layer()
 	if err != nil {
-		return nil, err
+		return layerSpec{}, err
 	}
-	return newImage(imageSpec{
-		layers: []layerSpec{
-			{base, "busybox " + busyboxVersion + " from Debian's source package"},
-			{l, "agnhost from k8s.io/kubernetes test/images/agnhost"},
-		},
-		config: v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, User: "0", Env: []string{defaultPath}},
-	})
+	return layerSpec{l, "agnhost from k8s.io/kubernetes test/images/agnhost"}, nil
 }
+
+// agnhostConfig is agnhost's image config: /agnhost pause, as root.
+func agnhostConfig() v1.Config {
+	return v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, User: "0", Env: []string{defaultPath}}
+}
+
+const agnhostOSRelease = `NAME="agnhost"
+ID=agnhost
+ID_LIKE=alpine
+PRETTY_NAME="agnhost over busybox, built by nodelet's hack/images in place of upstream's agnhost on Alpine Linux"
+`
 
 // pauseImage is the sandbox image: /pause alone, run as 65535.
 func pauseImage(bin string) (v1.Image, error) {
@@ -408,21 +466,19 @@ func fakeRegistry(fs rootfs, img v1.Image, name, tag string) error {
 	return nil
 }
 
-// nonewprivsImage is upstream's nonewprivs over busybox: nnp, set-user-ID
-// root, printing the effective user ID.
-func nonewprivsImage(base layerSpec, nnp string) (v1.Image, error) {
+// binaryImage is one static binary over the busybox layer, at path with
+// mode, run as root by cfg (whose Env is the default PATH).
+func binaryImage(base layerSpec, path string, mode int64, bin, comment string, cfg v1.Config) (v1.Image, error) {
 	fs := rootfs{}
-	if err := fs.copy("usr/local/bin/nnp", 0o4755, nnp); err != nil {
+	if err := fs.copy(path, mode, bin); err != nil {
 		return nil, err
 	}
 	l, err := fs.layer()
 	if err != nil {
 		return nil, err
 	}
-	return newImage(imageSpec{
-		layers: []layerSpec{base, {l, "nnp from k8s.io/kubernetes test/images/nonewprivs"}},
-		config: v1.Config{Cmd: []string{"nnp"}, User: "0", Env: []string{defaultPath}},
-	})
+	cfg.User, cfg.Env = "0", []string{defaultPath}
+	return newImage(imageSpec{layers: []layerSpec{base, {l, comment}}, config: cfg})
 }
 
 // nginxImage stands in for the nginx image, which the conformance tests

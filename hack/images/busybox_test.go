@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -232,6 +233,12 @@ func tcpServer(t *testing.T, serve func(c net.Conn, closed <-chan struct{})) str
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveTCP(t, l, serve)
+}
+
+// serveTCP is tcpServer on a listener of the caller's.
+func serveTCP(t *testing.T, l net.Listener, serve func(c net.Conn, closed <-chan struct{})) string {
+	t.Helper()
 	closed := make(chan struct{})
 	var served sync.WaitGroup
 	served.Add(1)
@@ -256,14 +263,31 @@ func tcpServer(t *testing.T, serve func(c net.Conn, closed <-chan struct{})) str
 	return l.Addr().String()
 }
 
-// dnsServer answers DNS queries over UDP on loopback: the A record of each
-// name it knows, no other record for them, and NXDOMAIN for other names.
+// dnsServer answers DNS queries over UDP and TCP on one loopback port: the
+// A record of each name it knows, no other record for them, and NXDOMAIN
+// for other names.
 func dnsServer(t *testing.T, names map[string][4]byte) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, l := dnsListen(t)
+	serveTCP(t, l, func(c net.Conn, _ <-chan struct{}) {
+		// Each message prefixed by its length (RFC 1035 4.2.2).
+		c.SetDeadline(time.Now().Add(time.Minute))
+		r := bufio.NewReader(c)
+		for {
+			var n uint16
+			if binary.Read(r, binary.BigEndian, &n) != nil {
+				return
+			}
+			query := make([]byte, n)
+			if _, err := io.ReadFull(r, query); err != nil {
+				return
+			}
+			if reply, ok := dnsReply(query, names); ok {
+				c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(reply))))
+				c.Write(reply)
+			}
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -283,6 +307,24 @@ func dnsServer(t *testing.T, names map[string][4]byte) string {
 		<-done
 	})
 	return pc.LocalAddr().String()
+}
+
+// dnsListen listens on loopback for UDP and TCP on the same port.
+func dnsListen(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	for range 10 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, l
+		}
+		pc.Close() // the port is taken for TCP: another
+	}
+	t.Fatal("no loopback port free for both UDP and TCP in 10 tries")
+	return nil, nil
 }
 
 // dnsReply is the answer to one query (RFC 1035: a header, one question,

@@ -42,9 +42,20 @@ func testInputs(t *testing.T) inputs {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
-	// A dynamic host binary stands in for curl and nc.
-	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, tools: map[string]string{"usr/bin/true": "/bin/true"},
-		files: map[string]string{"localhost.crt": "/etc/hostname"}}
+	// A dynamic host binary stands in for curl and nc, and for the DNS
+	// tools; any file for the pictures.
+	standIn := func(names []string) map[string]string {
+		m := map[string]string{}
+		for _, name := range names {
+			m[name] = "/bin/true"
+		}
+		return m
+	}
+	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, etcd: pause, sampleAPIServer: pause,
+		tools:    map[string]string{"usr/bin/true": "/bin/true"},
+		files:    map[string]string{"localhost.crt": "/etc/hostname"},
+		dnsTools: standIn(dnsCommands), glibcTools: standIn(glibcCommands),
+		kitten: "/etc/hostname", nautilus: "/etc/hosts"}
 }
 
 func TestBuildIsReproducible(t *testing.T) {
@@ -58,7 +69,8 @@ func TestBuildIsReproducible(t *testing.T) {
 	for _, b := range first {
 		refs = append(refs, b.ref)
 	}
-	want := slices.Concat(busyboxRefs, agnhostRefs, pauseRefs, nonrootRefs, nonewprivsRefs, nginxRefs)
+	want := slices.Concat(busyboxRefs, agnhostRefs, pauseRefs, nonrootRefs, nonewprivsRefs, nginxRefs,
+		glibcDNSTestingRefs, kittenRefs, nautilusRefs, sampleAPIServerRefs, etcdRefs)
 	if !slices.Equal(refs, want) {
 		t.Errorf("built %v, want %v", refs, want)
 	}
@@ -90,6 +102,7 @@ func TestServePull(t *testing.T) {
 		entrypoint, cmd  []string
 		user             string
 		files, notInRoot []string
+		content          map[string]string // file → what it holds, among other lines
 	}{
 		{repo: "library/busybox:latest", cmd: []string{"sh"}, user: "0",
 			files: []string{"bin/busybox", "bin/sh", "usr/bin/wget", "bin/wget", "bin/sysctl", "etc/passwd", "etc/group", "tmp"}},
@@ -97,13 +110,32 @@ func TestServePull(t *testing.T) {
 		{repo: "e2e-test-images/busybox:1.37.0-1", cmd: []string{"sh"}, user: "0"},
 		{repo: "e2e-test-images/agnhost:2.63.0", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0",
 			files: []string{"agnhost", "agnhost-2", "uploads", "bin/sh", "usr/bin/true", "lib64/ld-linux-x86-64.so.2",
-				"var/registry/pause/manifests/testing", "localhost.crt"}},
+				"var/registry/pause/manifests/testing", "localhost.crt", "usr/bin/dig", "usr/bin/getent"},
+			content: map[string]string{"etc/nsswitch.conf": "hosts: files dns\n"}},
 		{repo: "pause:3.10.2", entrypoint: []string{"/pause"}, user: "65535:65535",
 			files: []string{"pause"}, notInRoot: []string{"bin/sh"}},
 		{repo: "e2e-test-images/agnhost:2.55", entrypoint: []string{"/agnhost"}, cmd: []string{"pause"}, user: "0"},
 		{repo: "e2e-test-images/nonroot:1.5", cmd: []string{"sh"}, user: "1234", files: []string{"usr/bin/id"}},
 		{repo: "e2e-test-images/nonewprivs:1.4", cmd: []string{"nnp"}, user: "0", files: []string{"usr/local/bin/nnp"}},
 		{repo: "e2e-test-images/nginx:1.15-4", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}, user: "0"},
+		{repo: "e2e-test-images/nginx:1.27-0", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}, user: "0"},
+		{repo: "library/nginx:latest", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}, user: "0"},
+		// The DNS specs' probe runs sh, seq, dig and getent; the
+		// hostnameOverride specs, hostname.
+		{repo: "e2e-test-images/glibc-dns-testing:2.0.0", cmd: []string{"sh"}, user: "0",
+			files:   []string{"bin/sh", "bin/seq", "usr/bin/dig", "usr/bin/getent", "bin/hostname", "lib64/ld-linux-x86-64.so.2"},
+			content: map[string]string{"etc/nsswitch.conf": "hosts: files dns\n"}},
+		// Update Demo reads data.json from the test-webserver; the
+		// ImageVolume spec, data.json and etc/os-release.
+		{repo: "e2e-test-images/kitten:1.8", entrypoint: []string{"/agnhost"}, cmd: []string{"test-webserver"}, user: "0",
+			files:   []string{"kitten.jpg", "agnhost", "bin/cat"},
+			content: map[string]string{"data.json": `"image": "kitten.jpg"`, "etc/os-release": "Alpine Linux"}},
+		{repo: "e2e-test-images/nautilus:1.8", entrypoint: []string{"/agnhost"}, cmd: []string{"test-webserver"}, user: "0",
+			files: []string{"nautilus.jpg", "agnhost"}, notInRoot: []string{"kitten.jpg"},
+			content: map[string]string{"data.json": `"image": "nautilus.jpg"`}},
+		{repo: "e2e-test-images/sample-apiserver:1.29.2", entrypoint: []string{"/sample-apiserver"}, user: "0",
+			files: []string{"sample-apiserver"}},
+		{repo: "etcd:3.6.8-0", cmd: []string{"/usr/local/bin/etcd"}, user: "0", files: []string{"usr/local/bin/etcd", "bin/sh"}},
 	} {
 		img, err := remote.Image(ref(t, addr, tc.repo))
 		if err != nil {
@@ -121,7 +153,7 @@ func TestServePull(t *testing.T) {
 		if cfg.OS != "linux" || !slices.Contains(c.Env, defaultPath) {
 			t.Errorf("%s: os %q env %q", tc.repo, cfg.OS, c.Env)
 		}
-		if len(tc.files) == 0 && len(tc.notInRoot) == 0 {
+		if len(tc.files) == 0 && len(tc.notInRoot) == 0 && len(tc.content) == 0 {
 			continue
 		}
 		files := rootFiles(t, img)
@@ -133,6 +165,11 @@ func TestServePull(t *testing.T) {
 		for _, f := range tc.notInRoot {
 			if _, ok := files[f]; ok {
 				t.Errorf("%s: has /%s", tc.repo, f)
+			}
+		}
+		for f, want := range tc.content {
+			if !strings.Contains(files[f], want) {
+				t.Errorf("%s: /%s lacks %q:\n%s", tc.repo, f, want, files[f])
 			}
 		}
 		if tc.repo == "library/busybox:latest" {

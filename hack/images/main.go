@@ -2,7 +2,10 @@
 // and serves them as an OCI distribution registry on loopback, since no
 // registry outside is reachable from where the tests run.
 //
-//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
+//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--etcd PATH] [--sample-apiserver PATH]
+//		[--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
+//		[--dns-tool IMAGE-PATH=HOST-PATH]... [--glibc-tool IMAGE-PATH=HOST-PATH]...
+//		--kitten JPEG --nautilus JPEG
 //	images serve [--dir DIR] [--writable] [--listen 127.0.0.1:PORT] [--auth USER:PASSWORD] [--ready-file FILE]
 //	images nodelet --dir DIR --nodelet PATH [--shim PATH] --ref REF [--revision COMMIT]
 //	images push --dir DIR [--ref REF] --to REGISTRY/REPOSITORY:TAG [--insecure]
@@ -43,7 +46,10 @@ func main() {
 }
 
 const usage = `usage:
-  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
+  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--etcd PATH] [--sample-apiserver PATH]
+      [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
+      [--dns-tool IMAGE-PATH=HOST-PATH]... [--glibc-tool IMAGE-PATH=HOST-PATH]...
+      --kitten JPEG --nautilus JPEG
   images serve [--dir DIR] [--writable] [--listen ADDR] [--auth USER:PASSWORD] [--ready-file FILE]
   images nodelet --dir DIR --nodelet PATH [--shim PATH] --ref REF [--revision COMMIT]
   images push --dir DIR [--ref REF] --to REGISTRY/REPOSITORY:TAG [--insecure]`
@@ -77,14 +83,21 @@ func runBuild(ctx context.Context, args []string) error {
 	fs.StringVar(&in.agnhost, "agnhost", besideSelf("agnhost"), "static agnhost binary")
 	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
 	fs.StringVar(&in.nnp, "nnp", besideSelf("nnp"), "static nnp binary (k8s.io/kubernetes test/images/nonewprivs)")
+	fs.StringVar(&in.etcd, "etcd", besideSelf("etcd"), "static etcd binary (go.etcd.io/etcd/server/v3)")
+	fs.StringVar(&in.sampleAPIServer, "sample-apiserver", besideSelf("sample-apiserver"), "static sample-apiserver binary (k8s.io/sample-apiserver)")
 	in.tools, in.files = map[string]string{}, map[string]string{}
+	in.dnsTools, in.glibcTools = map[string]string{}, map[string]string{}
 	fs.Func("file", "IMAGE-PATH=HOST-PATH: a host file added to agnhost (repeatable)", pathPair(in.files))
 	fs.Func("tool", "IMAGE-PATH=HOST-PATH: a host executable added to agnhost with its shared libraries (repeatable)", pathPair(in.tools))
+	fs.Func("dns-tool", "IMAGE-PATH=HOST-PATH: a host executable added with its shared libraries to the layer agnhost and glibc-dns-testing share (repeatable)", pathPair(in.dnsTools))
+	fs.Func("glibc-tool", "IMAGE-PATH=HOST-PATH: a host executable added to glibc-dns-testing with its shared libraries (repeatable)", pathPair(in.glibcTools))
+	fs.StringVar(&in.kitten, "kitten", "", "the picture (JPEG) the kitten image serves")
+	fs.StringVar(&in.nautilus, "nautilus", "", "the picture (JPEG) the nautilus image serves")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *dir == "" || fs.NArg() > 0 {
-		return errors.New("build: --dir is required and takes no arguments")
+	if *dir == "" || in.kitten == "" || in.nautilus == "" || fs.NArg() > 0 {
+		return errors.New("build: --dir, --kitten and --nautilus are required, and it takes no arguments")
 	}
 	built, err := build(ctx, *dir, in)
 	if err != nil {
