@@ -105,14 +105,25 @@ type ContainerSpec struct {
 	TargetContainer string
 }
 
-// Mount binds a host file or directory into a container.
+// Mount binds a host file or directory into a container or, with Image,
+// mounts an image volume the runtime sets up.
 type Mount struct {
-	// Source is the host file or directory (subPath already resolved).
+	// Source is the host file or directory (subPath already resolved);
+	// empty for an image volume.
 	Source string
 	// Destination is the absolute path the container sees it at.
 	Destination string
 	ReadOnly    bool
 	Propagation corev1.MountPropagationMode
+	// Image is the source of an image volume (spec.volumes[].image): the
+	// runtime pulls its reference by its pull policy, with the pod's image
+	// pull secrets, and mounts it read-only. A runtime without images
+	// refuses the container.
+	Image *corev1.ImageVolumeSource
+	// ImageSubPath is the directory of the image to mount (the
+	// volumeMount's subPath, or subPathExpr expanded); "" for the whole
+	// image. The runtime resolves it inside the image.
+	ImageSubPath string
 }
 
 // State of a container attempt.

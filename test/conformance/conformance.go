@@ -37,8 +37,6 @@ type Skip struct {
 var Skips = []Skip{
 	{`\[Flaky\]`, "marked flaky upstream; no [Conformance] spec is, and no conformance profile runs them"},
 	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36; no [Conformance] spec does"},
-	{`\[sig-node\] ImageVolume `, "image volumes (spec.volumes[].image), which nodelet does not implement yet; the test also needs the kitten image, which make images does not build yet"},
-	{`\[FeatureGate:HostnameOverride\]`, "its specs need the glibc-dns-testing image, which make images does not build yet (nodelet honours spec.hostnameOverride)"},
 }
 
 // The markers around the table of skips in docs/conformance.md.
@@ -89,6 +87,7 @@ var Smoke = []string{
 	"[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones",
 	"[sig-cli] Kubectl logs logs should be able to retrieve and filter logs",
 	"[sig-auth] ServiceAccounts ServiceAccountIssuerDiscovery should support OIDC discovery of service account issuer",
+	"[sig-network] DNS should provide DNS for services",
 }
 
 // SmokeFocus is the --ginkgo.focus of the smoke set.

@@ -577,3 +577,35 @@ spec:
 		return out == "Failed DeadlineExceeded", out
 	})
 }
+
+// A process node pulls no image, so it refuses a pod with an image volume
+// at admission: the pod fails with a reason and a message naming the field.
+func TestProcessImageVolumeRefused(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startProcessNodelet(t, node)
+	ns := newNamespace(t)
+	t.Cleanup(func() { deletePods(t, ns) })
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: tools
+spec:
+  nodeName: %s
+  volumes:
+  - name: scratch
+    emptyDir: {}
+  - name: tools
+    image: {reference: busybox:1.37}
+  containers:
+  - name: c
+    image: busybox:1.37
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - {name: tools, mountPath: /vol}
+`, node))
+	eventually(t, 30*time.Second, "pod Failed with reason ImageVolumeNotSupported", func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, "tools", "-o", "jsonpath={.status.phase} {.status.reason}: {.status.message}")
+		return strings.HasPrefix(out, "Failed ImageVolumeNotSupported: ") && strings.Contains(out, "spec.volumes[1].image"), out
+	})
+}

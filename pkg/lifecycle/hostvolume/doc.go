@@ -4,7 +4,8 @@
 // hostPath after its type check. It keeps the API-derived contents current
 // with atomic swaps, refreshes tokens before they expire, resolves a
 // container's volumeMounts (subPath included) to host paths, and removes a
-// pod's volume directories when the pod is gone.
+// pod's volume directories when the pod is gone. Image volumes are the
+// runtime's: it only passes their source on.
 //
 // It owns RootDir/pods/<uid>/volumes and nothing else on disk. It never
 // creates mount namespaces or bind-mounts into containers (the runtime does),

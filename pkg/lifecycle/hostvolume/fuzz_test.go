@@ -124,6 +124,42 @@ func tree(t testing.TB, root string) map[string]string {
 	return out
 }
 
+// FuzzImageVolumeMount resolves a volumeMount of an image volume whose
+// subPath, subPathExpr (with one variable) and mountPath the fuzzer
+// chooses. A mount that resolves is read-only, has no host path, and its
+// image sub-path stays relative with no ".." element: the runtime resolves
+// it in the image, and nothing the pod writes may point it elsewhere.
+func FuzzImageVolumeMount(f *testing.F) {
+	for _, seed := range [][4]string{
+		{"etc", "", "", "/vol"},
+		{"", "usr/$(V)", "bin", "/vol"},
+		{"", "$(V)", "../..", "/vol"},
+		{"a/../../b", "", "", "/vol"},
+		{"/etc", "", "", "/vol"},
+		{"./etc/", "", "", "vol"},
+		{"", "$$(V)", "", "/vol"},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3])
+	}
+	f.Fuzz(func(t *testing.T, subPath, subPathExpr, value, mountPath string) {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "busybox"}}}},
+		}}
+		c := &corev1.Container{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "tools", MountPath: mountPath, SubPath: subPath, SubPathExpr: subPathExpr}}}
+		mounts, err := ContainerMounts(pod, c, map[string]string{}, map[string]string{"V": value})
+		if err != nil {
+			return
+		}
+		m := mounts[0]
+		if m.Source != "" || !m.ReadOnly || m.Image == nil || m.Destination != mountPath || !path.IsAbs(m.Destination) {
+			t.Fatalf("mount %+v of an image volume at %q", m, mountPath)
+		}
+		if filepath.IsAbs(m.ImageSubPath) || slices.Contains(strings.Split(filepath.ToSlash(m.ImageSubPath), "/"), "..") {
+			t.Fatalf("subPath %q, subPathExpr %q (V=%q) became image sub-path %q", subPath, subPathExpr, value, m.ImageSubPath)
+		}
+	})
+}
+
 // restore removes what was added under root since before was taken.
 func restore(t *testing.T, root string, before map[string]string) {
 	added := tree(t, root)

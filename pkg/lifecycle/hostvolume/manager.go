@@ -90,8 +90,8 @@ func (m *Manager) volumesDir(pod *corev1.Pod) (string, error) {
 	return filepath.Join(m.opts.RootDir, "pods", uid, "volumes"), nil
 }
 
-// SetUp prepares every volume of pod and returns each volume's host path by
-// volume name. It is idempotent: calling it again with an updated pod brings
+// SetUp prepares every volume of pod but its image volumes, which the
+// runtime mounts, and returns each volume's host path by volume name. It is idempotent: calling it again with an updated pod brings
 // the contents up to date. On success the pod is registered for refresh.
 // Errors name the volume; all failing volumes are reported.
 func (m *Manager) SetUp(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
@@ -115,6 +115,9 @@ func (m *Manager) SetUp(ctx context.Context, pod *corev1.Pod) (map[string]string
 	var errs []error
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
+		if v.Image != nil {
+			continue // the runtime mounts image volumes (ContainerMounts)
+		}
 		p, err := m.setUpVolume(ctx, st, objs, root, pod, v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))

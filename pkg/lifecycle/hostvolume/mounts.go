@@ -14,13 +14,18 @@ import (
 	envvars "github.com/nodelet/nodelet/pkg/lifecycle/env"
 )
 
-// Mount is one bind mount of a container: a host path at a path inside the
-// container's mount namespace.
+// Mount is one mount of a container: a host path at a path inside the
+// container's mount namespace or, for an image volume, the image the
+// runtime mounts there.
 type Mount struct {
-	Source      string // host path, with symbolic links resolved
+	Source      string // host path, with symbolic links resolved; "" for an image volume
 	Destination string // the volumeMount's mountPath
 	ReadOnly    bool
 	Propagation corev1.MountPropagationMode // the volumeMount's, if set
+	// Image is an image volume's source, and ImageSubPath the subPath in
+	// it (checked, not resolved: the image is not on the host yet).
+	Image        *corev1.ImageVolumeSource
+	ImageSubPath string
 }
 
 // ContainerMounts resolves a container's volumeMounts against the host
@@ -28,7 +33,9 @@ type Mount struct {
 // path inside the volume; it may not leave the volume through ".." or
 // symbolic links, and missing directories on the way are created as the
 // kubelet does. configMap, secret, downwardAPI and projected volumes are
-// always read-only. Errors name the mount.
+// always read-only. An image volume, which SetUp leaves to the runtime, is
+// a read-only Mount of its Image with the subPath as ImageSubPath. Errors
+// name the mount.
 //
 // The Sources are resolved when ContainerMounts runs: a process that can
 // write into the volume and swaps a directory for a symbolic link before the
@@ -54,10 +61,6 @@ func containerMount(volumes map[string]*corev1.Volume, paths, env map[string]str
 	if !ok {
 		return Mount{}, fmt.Errorf("the pod has no volume %q", vm.Name)
 	}
-	base, ok := paths[vm.Name]
-	if !ok {
-		return Mount{}, fmt.Errorf("volume %q is not set up", vm.Name)
-	}
 	if !path.IsAbs(vm.MountPath) {
 		return Mount{}, fmt.Errorf("mountPath %q is not absolute", vm.MountPath)
 	}
@@ -68,21 +71,31 @@ func containerMount(volumes map[string]*corev1.Volume, paths, env map[string]str
 			return Mount{}, fmt.Errorf("subPathExpr: %w", err)
 		}
 	}
-	src := base
 	if sub != "" {
 		if err := checkSubPath(sub); err != nil {
 			return Mount{}, err
 		}
+	}
+	var propagation corev1.MountPropagationMode
+	if vm.MountPropagation != nil {
+		propagation = *vm.MountPropagation
+	}
+	if vol.Image != nil {
+		image := *vol.Image
+		return Mount{Destination: vm.MountPath, ReadOnly: true, Propagation: propagation, Image: &image, ImageSubPath: sub}, nil
+	}
+	base, ok := paths[vm.Name]
+	if !ok {
+		return Mount{}, fmt.Errorf("volume %q is not set up", vm.Name)
+	}
+	src := base
+	if sub != "" {
 		var err error
 		if src, err = resolveInside(base, sub); err != nil {
 			return Mount{}, err
 		}
 	}
 	_, content := contentPlugin(&vol.VolumeSource)
-	var propagation corev1.MountPropagationMode
-	if vm.MountPropagation != nil {
-		propagation = *vm.MountPropagation
-	}
 	return Mount{
 		Source:      src,
 		Destination: vm.MountPath,

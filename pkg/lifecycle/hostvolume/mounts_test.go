@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -164,5 +165,83 @@ func TestContainerMountsVolumeNotSetUp(t *testing.T) {
 	_, err := ContainerMounts(p, c, map[string]string{}, nil)
 	if want := `container "main": volumeMount "v" at /v: volume "v" is not set up`; err == nil || err.Error() != want {
 		t.Fatalf("error = %v, want %s", err, want)
+	}
+}
+
+// An image volume is the runtime's: SetUp leaves it alone (no path, nothing
+// on disk), and each volumeMount of it is a read-only Mount of its source
+// with the subPath (subPathExpr expanded) checked but left for the runtime
+// to resolve inside the image.
+func TestContainerMountsImageVolume(t *testing.T) {
+	f := newFixture(t)
+	src := corev1.ImageVolumeSource{Reference: "busybox:1.37", PullPolicy: corev1.PullIfNotPresent}
+	p := pod(
+		corev1.Volume{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &src}},
+		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	)
+	paths, err := f.m.SetUp(context.Background(), p)
+	if err != nil {
+		t.Fatalf("SetUp of a pod with an image volume: %v", err)
+	}
+	if _, ok := paths["tools"]; ok || len(paths) != 1 {
+		t.Errorf("paths = %v, want the emptyDir's alone", paths)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, "pods/uid-1/volumes/kubernetes.io~image")); !os.IsNotExist(err) {
+		t.Errorf("a directory was made for the image volume: %v", err)
+	}
+	h2c := corev1.MountPropagationHostToContainer
+	tests := []struct {
+		name    string
+		vm      corev1.VolumeMount
+		want    Mount
+		wantErr string
+	}{
+		{
+			name: "whole image, read-only though the mount does not say so",
+			vm:   corev1.VolumeMount{Name: "tools", MountPath: "/vol"},
+			want: Mount{Destination: "/vol", ReadOnly: true, Image: &src},
+		},
+		{
+			name: "subPath",
+			vm:   corev1.VolumeMount{Name: "tools", MountPath: "/etc-of-image", SubPath: "etc", ReadOnly: true},
+			want: Mount{Destination: "/etc-of-image", ReadOnly: true, Image: &src, ImageSubPath: "etc"},
+		},
+		{
+			name: "subPathExpr and propagation",
+			vm:   corev1.VolumeMount{Name: "tools", MountPath: "/x", SubPathExpr: "usr/$(DIR)", MountPropagation: &h2c},
+			want: Mount{Destination: "/x", ReadOnly: true, Propagation: h2c, Image: &src, ImageSubPath: "usr/bin"},
+		},
+		{
+			name:    "dot-dot",
+			vm:      corev1.VolumeMount{Name: "tools", MountPath: "/x", SubPath: "etc/../../host"},
+			wantErr: `container "main": volumeMount "tools" at /x: subPath "etc/../../host" contains '..'`,
+		},
+		{
+			name:    "absolute",
+			vm:      corev1.VolumeMount{Name: "tools", MountPath: "/x", SubPath: "/etc"},
+			wantErr: `container "main": volumeMount "tools" at /x: subPath "/etc" is absolute`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := p.Spec.Containers[0].DeepCopy()
+			c.VolumeMounts = []corev1.VolumeMount{tt.vm}
+			got, err := ContainerMounts(p, c, paths, map[string]string{"DIR": "bin"})
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error = %v\nwant %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || !reflect.DeepEqual(got[0], tt.want) {
+				t.Fatalf("mounts = %+v, want %+v", got, tt.want)
+			}
+			if got[0].Image == p.Spec.Volumes[0].Image {
+				t.Errorf("the mount shares the pod's image volume source")
+			}
+		})
 	}
 }

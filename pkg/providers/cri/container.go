@@ -51,7 +51,8 @@ type containerParams struct {
 }
 
 // containerMount is a volume mount of a container, resolved on the host:
-// the volume's (and subPath's) host path, and where and how it appears.
+// the volume's (and subPath's) host path, or the image of an image volume,
+// and where and how it appears.
 type containerMount struct {
 	HostPath          string
 	ContainerPath     string
@@ -59,6 +60,11 @@ type containerMount struct {
 	RecursiveReadOnly bool
 	// Propagation is the volume mount's mountPropagation; "" is None.
 	Propagation corev1.MountPropagationMode
+	// Image is, for an image volume, its image by the ID the runtime
+	// resolved (HostPath is empty and the mount read-only), and
+	// ImageSubPath the directory of it to mount ("" for all of it).
+	Image        *runtimeapi.ImageSpec
+	ImageSubPath string
 }
 
 // containerConfig is the configuration of one of the pod's containers
@@ -130,10 +136,11 @@ func terminationMessageFile(c *corev1.Container, p containerParams) string {
 	return p.TerminationMessageFile
 }
 
-// runtimeMounts are the container's mounts: its volumes, then the pod's
-// /etc/hosts unless a volume is mounted there, then its termination
+// runtimeMounts are the container's mounts: its volumes (image volumes
+// always read-only, by their image, which the runtime mounts), then the
+// pod's /etc/hosts unless a volume is mounted there, then its termination
 // message file. In a pod with its own user namespace every mount is
-// ID-mapped into it.
+// ID-mapped into it (the runtime maps an image volume's snapshot).
 func runtimeMounts(pod *corev1.Pod, c *corev1.Container, p containerParams) ([]*runtimeapi.Mount, error) {
 	mounts := make([]*runtimeapi.Mount, 0, len(p.Mounts)+2)
 	hostsMounted := false
@@ -146,9 +153,11 @@ func runtimeMounts(pod *corev1.Pod, c *corev1.Container, p containerParams) ([]*
 		mounts = append(mounts, &runtimeapi.Mount{
 			HostPath:          m.HostPath,
 			ContainerPath:     m.ContainerPath,
-			Readonly:          m.ReadOnly,
+			Readonly:          m.ReadOnly || m.Image != nil,
 			RecursiveReadOnly: m.RecursiveReadOnly,
 			Propagation:       prop,
+			Image:             m.Image,
+			ImageSubPath:      m.ImageSubPath,
 		})
 	}
 	if p.HostsFile != "" && !hostsMounted {

@@ -8,9 +8,9 @@
 // sandbox and container configurations (sandboxconfig.go, container.go,
 // with their resources in resources.go and security contexts in
 // security.go), image references and pull policy (imageref.go), pulls with
-// their back-off (imagepull.go), registry credentials from image pull
-// secrets (pullsecrets.go) and the garbage collection of unused images
-// (imagegc.go). Over the runtime (runtime.go, through connection.go), a
+// their back-off (imagepull.go), image volumes (imagevolume.go), registry
+// credentials from image pull secrets (pullsecrets.go) and the garbage
+// collection of unused images (imagegc.go). Over the runtime (runtime.go, through connection.go), a
 // pod's sandbox as the pod lifecycle sees it — its containers' states, and
 // starting and stopping them — is sandbox.go; the provider itself, the
 // node's description and its loops are provider.go.

@@ -117,8 +117,7 @@ func TestPullPolicy(t *testing.T) {
 		{"busybox:1", corev1.PullAlways, corev1.PullAlways},
 	}
 	for _, tt := range tests {
-		c := &corev1.Container{Image: tt.image, ImagePullPolicy: tt.policy}
-		if got := pullPolicy(c); got != tt.want {
+		if got := pullPolicy(tt.image, tt.policy); got != tt.want {
 			t.Errorf("pullPolicy(%q, %q) = %s, want %s", tt.image, tt.policy, got, tt.want)
 		}
 	}

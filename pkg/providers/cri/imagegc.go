@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -17,9 +19,10 @@ import (
 
 // imageGC frees the image filesystem as the kubelet's image garbage
 // collection does: once its usage reaches highPercent, it removes images
-// no container uses (in the whole runtime, not only this node's), least
-// recently used first and none younger than minAge since it was first
-// seen, until usage is down to lowPercent.
+// no container uses (in the whole runtime, not only this node's), as its
+// image or mounted as an image volume, least recently used first and none
+// younger than minAge since it was first seen, until usage is down to
+// lowPercent.
 type imageGC struct {
 	clock       clock.Clock
 	highPercent int
@@ -121,12 +124,15 @@ func (g *imageGC) scan(ctx context.Context, rs internalapi.RuntimeService, is in
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
-	now := g.clock.Now()
 	inUse := map[string]bool{}
 	for _, c := range containers {
 		inUse[c.ImageRef] = true
 		inUse[c.GetImage().GetImage()] = true
 	}
+	if err := imageVolumesInUse(ctx, rs, containers, inUse); err != nil {
+		return nil, err
+	}
+	now := g.clock.Now()
 	present := map[string]bool{}
 	for _, img := range images {
 		present[img.Id] = true
@@ -158,6 +164,28 @@ func (g *imageGC) scan(ctx context.Context, rs internalapi.RuntimeService, is in
 		return g.firstSeen[a.Id].Before(g.firstSeen[b.Id])
 	})
 	return candidates, nil
+}
+
+// imageVolumesInUse adds to inUse the images the containers mount as image
+// volumes, which only their status tells (as the kubelet reads them). A
+// container removed since it was listed mounts nothing; any other error
+// stops the collection rather than remove an image that may be mounted.
+func imageVolumesInUse(ctx context.Context, rs internalapi.RuntimeService, containers []*runtimeapi.Container, inUse map[string]bool) error {
+	for _, c := range containers {
+		resp, err := rs.ContainerStatus(ctx, c.Id, false)
+		switch {
+		case status.Code(err) == codes.NotFound:
+			continue
+		case err != nil:
+			return fmt.Errorf("status of container %s: %w", c.Id, err)
+		}
+		for _, m := range resp.GetStatus().GetMounts() {
+			if img := m.GetImage().GetImage(); img != "" {
+				inUse[img] = true
+			}
+		}
+	}
+	return nil
 }
 
 // remove removes candidates in order until toFree bytes are freed, and

@@ -2,10 +2,14 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criapitesting "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -112,5 +116,59 @@ func TestImageGCRemoveUnused(t *testing.T) {
 	slices.Sort(left)
 	if !slices.Equal(left, []string{"pinned", "used"}) {
 		t.Errorf("images left %v, want the pinned and the used one", left)
+	}
+}
+
+// An image a container mounts as an image volume is in use: the collection
+// reads it from the container's status, as the kubelet's does. A container
+// gone since the listing mounts nothing; a status that cannot be read
+// stops the collection rather than remove an image that may be mounted.
+func TestImageGCKeepsImageVolumes(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	is := criapitesting.NewFakeImageService()
+	is.SetFakeImages([]string{"idle", "run", "mounted"})
+	rs := criapitesting.NewFakeRuntimeService()
+	rs.SetFakeContainers([]*criapitesting.FakeContainer{{ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c1", ImageRef: "run", Image: &runtimeapi.ImageSpec{Image: "run"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+		Mounts: []*runtimeapi.Mount{
+			{ContainerPath: "/data", HostPath: "/var/lib/nodelet/pods/u/volumes/x"},
+			{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: "mounted", UserSpecifiedImage: "tools:1"}},
+		}}}})
+	gc := newImageGC(clk, 85, 80, time.Second)
+	gc.capacity = func(string) (uint64, uint64, error) { return 1000, 900, nil }
+	list, _ := is.ListImages(ctx, nil)
+	gc.detected(list)
+	clk.Step(2 * time.Second)
+	left := func() []string {
+		var ids []string
+		got, _ := is.ListImages(ctx, nil)
+		for _, img := range got {
+			ids = append(ids, img.Id)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+
+	rs.InjectError("ContainerStatus", errors.New("rpc error: code = Unavailable desc = runtime busy"))
+	if _, err := gc.removeUnused(ctx, rs, is); err == nil || !strings.Contains(err.Error(), "status of container c1") {
+		t.Errorf("err = %v, want the status that could not be read", err)
+	}
+	if got := left(); len(got) != 3 {
+		t.Fatalf("images removed while a container's mounts were unknown: %v left", got)
+	}
+	if _, err := gc.removeUnused(ctx, rs, is); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := left(), []string{"mounted", "run"}; !slices.Equal(got, want) {
+		t.Errorf("left %v, want %v", got, want)
+	}
+	// Removed since it was listed: its image volume is no longer in use.
+	rs.InjectError("ContainerStatus", status.Error(codes.NotFound, "container c1 not found"))
+	if _, err := gc.removeUnused(ctx, rs, is); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := left(), []string{"run"}; !slices.Equal(got, want) {
+		t.Errorf("left %v, want %v", got, want)
 	}
 }

@@ -15,9 +15,10 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 )
 
-// imageManager gets containers their images as the kubelet's image manager
-// does: the pull policy decides, the pod's imagePullSecrets authenticate,
-// failures back off per pod and image, and every step is an Event.
+// imageManager gets containers their images, and the images of the image
+// volumes they mount, as the kubelet's image manager does: the pull policy
+// decides, the pod's imagePullSecrets authenticate, failures back off per
+// pod and image, and every step is an Event.
 type imageManager struct {
 	conn     *connection
 	secret   func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
@@ -46,11 +47,13 @@ const (
 	retryDuringBackOff    = 2 * time.Second
 )
 
-// ensure returns the container's image, pulled if the policy says so. A
-// container that cannot have it waits with the kubelet's reason
-// (InvalidImageName, ErrImageNeverPull, ErrImagePull, ImagePullBackOff).
-func (m *imageManager) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Container, sbCfg *runtimeapi.PodSandboxConfig) (pulledImage, error) {
-	image, err := applyDefaultImageTag(c.Image)
+// ensure returns the image a pod names (a container's image or an image
+// volume's reference, as the pod spells it), pulled if policy (as
+// pullPolicy gives it) says so. A container that cannot have it waits with
+// the kubelet's reason (InvalidImageName, ErrImageNeverPull, ErrImagePull,
+// ImagePullBackOff).
+func (m *imageManager) ensure(ctx context.Context, pod *corev1.Pod, named string, policy corev1.PullPolicy, sbCfg *runtimeapi.PodSandboxConfig) (pulledImage, error) {
+	image, err := applyDefaultImageTag(named)
 	if err != nil {
 		m.recorder.Eventf(pod, corev1.EventTypeWarning, "InspectFailed", "%v", err)
 		return pulledImage{}, imageWait(err, 0)
@@ -59,31 +62,31 @@ func (m *imageManager) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	if err != nil {
 		return pulledImage{}, &lifecycle.WaitError{Reason: "ErrImagePull", Message: err.Error(), Retry: retryDuringBackOff}
 	}
-	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: c.Image}
+	spec := &runtimeapi.ImageSpec{Image: image, UserSpecifiedImage: named}
 	status, err := is.ImageStatus(ctx, spec, false)
 	if err != nil {
 		m.recorder.Eventf(pod, corev1.EventTypeWarning, "InspectFailed", "Failed to inspect image %q: %v", image, err)
 		return pulledImage{}, &lifecycle.WaitError{Reason: "ImageInspectError", Message: err.Error(), Retry: retryDuringBackOff}
 	}
 	present := status.GetImage() != nil
-	pull, err := shouldPull(image, pullPolicy(c), present)
+	pull, err := shouldPull(image, policy, present)
 	if err != nil {
 		m.recorder.Eventf(pod, corev1.EventTypeWarning, "ErrImageNeverPull", "%v", err)
 		return pulledImage{}, imageWait(err, 0)
 	}
 	if !pull {
-		m.recorder.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", c.Image)
+		m.recorder.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Container image %q already present on machine", named)
 		return imageOf(status.GetImage()), nil
 	}
 	if err := m.backoff.check(pod.UID, image); err != nil {
-		m.recorder.Eventf(pod, corev1.EventTypeNormal, "BackOff", "Back-off pulling image %q", c.Image)
+		m.recorder.Eventf(pod, corev1.EventTypeNormal, "BackOff", "Back-off pulling image %q", named)
 		return pulledImage{}, imageWait(err, retryDuringBackOff)
 	}
 	auths, err := m.auths(ctx, pod, image)
 	if err != nil {
 		return pulledImage{}, &lifecycle.WaitError{Reason: "ErrImagePull", Message: err.Error(), Retry: retryAfterPullFailure, Warn: true}
 	}
-	m.recorder.Eventf(pod, corev1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
+	m.recorder.Eventf(pod, corev1.EventTypeNormal, "Pulling", "Pulling image %q", named)
 	start := m.clock.Now()
 	var ref string
 	for _, auth := range auths {
@@ -97,11 +100,11 @@ func (m *imageManager) ensure(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 		}
 		perr := pullError(image, err)
 		m.backoff.failed(pod.UID, image, perr)
-		m.recorder.Eventf(pod, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, perr)
+		m.recorder.Eventf(pod, corev1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", named, perr)
 		return pulledImage{}, imageWait(perr, retryAfterPullFailure)
 	}
 	m.backoff.succeeded(pod.UID, image)
-	m.recorder.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s", c.Image, m.clock.Since(start).Round(time.Millisecond))
+	m.recorder.Eventf(pod, corev1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %s", named, m.clock.Since(start).Round(time.Millisecond))
 	pulled := pulledImage{ref: ref}
 	if st, err := is.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false); err == nil && st.GetImage() != nil {
 		pulled = imageOf(st.GetImage())

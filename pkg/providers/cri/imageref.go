@@ -205,14 +205,15 @@ func normalizeImage(image string) (string, error) {
 	return ref.String(), nil
 }
 
-// pullPolicy is the container's image pull policy, defaulted as the API
-// server does when unset: Always for an image tagged "latest" or not
-// tagged at all, IfNotPresent otherwise.
-func pullPolicy(c *corev1.Container) corev1.PullPolicy {
-	if c.ImagePullPolicy != "" {
-		return c.ImagePullPolicy
+// pullPolicy is the pull policy of image (a container's image or an image
+// volume's reference) as policy sets it, defaulted as the API server does
+// when unset: Always for an image tagged "latest" or not tagged at all,
+// IfNotPresent otherwise.
+func pullPolicy(image string, policy corev1.PullPolicy) corev1.PullPolicy {
+	if policy != "" {
+		return policy
 	}
-	ref, err := parseImageRef(c.Image)
+	ref, err := parseImageRef(image)
 	if err == nil && (ref.Tag == "latest" || ref.Tag == "" && ref.Digest == "") {
 		return corev1.PullAlways
 	}

@@ -314,7 +314,8 @@ func (s *criSandbox) sandboxConfig(pod *corev1.Pod) (*runtimeapi.PodSandboxConfi
 	return cfg, nil
 }
 
-// StartContainer pulls the image as the pull policy says, creates the
+// StartContainer pulls the images of the image volumes the container
+// mounts, then its own image, as their pull policies say, creates the
 // container from the pod's spec and starts it. Problems a change can cure
 // (the image, the configuration) are WaitErrors; a container that was
 // created but did not start is an exited attempt.
@@ -328,7 +329,11 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 	if err != nil {
 		return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 	}
-	img, err := s.rt.images.ensure(ctx, pod, c, sbCfg)
+	volumeRefs, err := s.rt.images.ensureVolumes(ctx, pod, spec.Mounts, sbCfg)
+	if err != nil {
+		return err
+	}
+	img, err := s.rt.images.ensure(ctx, pod, c.Image, pullPolicy(c.Image, c.ImagePullPolicy), sbCfg)
 	if err != nil {
 		return err
 	}
@@ -345,7 +350,7 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		}
 	}
 	for _, m := range spec.Mounts {
-		params.Mounts = append(params.Mounts, containerMount{HostPath: m.Source, ContainerPath: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation})
+		params.Mounts = append(params.Mounts, criMount(m, volumeRefs))
 	}
 	if needsHostsFile(pod, s.IPs()) {
 		if _, err := os.Stat(s.hostsFile()); err == nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/pkg/hostnode"
@@ -65,6 +66,9 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 	host := hostnode.New(opts.Options)
 	parts.Runtime = hostRuntime{sandboxes: sandboxes, address: opts.Address}
 	admit := func(pod *corev1.Pod) error {
+		if err := admitImageVolumes(pod); err != nil {
+			return err
+		}
 		if err := admitAppArmor(pod, appArmorEnabled()); err != nil {
 			return err
 		}
@@ -82,6 +86,27 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 		return nil, fmt.Errorf("process provider: %w", err)
 	}
 	return &Provider{Manager: m, opts: opts, host: host, sandboxes: sandboxes}, nil
+}
+
+// admitImageVolumes refuses a pod with an image volume: the process
+// provider pulls no image, so it has none to mount. The pod fails with
+// reason ImageVolumeNotSupported and a message naming the volume's field.
+func admitImageVolumes(pod *corev1.Pod) error {
+	if f := imageVolumeField(pod); f != nil {
+		return provider.Reject("ImageVolumeNotSupported", "%s: image volumes are not supported by the process provider, which pulls no images", f)
+	}
+	return nil
+}
+
+// imageVolumeField is the field of the pod's first image volume
+// (spec.volumes[i].image); nil when it has none.
+func imageVolumeField(pod *corev1.Pod) *field.Path {
+	for i, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			return field.NewPath("spec", "volumes").Index(i).Child("image")
+		}
+	}
+	return nil
 }
 
 // Ping checks that the pods' root directory is usable.

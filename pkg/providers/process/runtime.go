@@ -95,11 +95,22 @@ func (s hostSandbox) status(st sandbox.ContainerStatus) lifecycle.ContainerStatu
 }
 
 // StartContainer runs the container's command and args from the host's
-// filesystem: there is no image, so a container without a command cannot
-// run. It runs as its security context asks (containerSecurity), or not
-// at all.
+// filesystem: there is no image, so a container without a command, or one
+// that mounts an image volume, cannot run. It runs as its security context
+// asks (containerSecurity), or not at all.
 func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.ContainerSpec) error {
 	c := spec.Container
+	for _, m := range spec.Mounts {
+		if m.Image != nil {
+			// Refused at admission (admitImageVolumes); a pod an earlier
+			// agent admitted and this one restored was not.
+			return &lifecycle.WaitError{
+				Reason:  "CreateContainerConfigError",
+				Message: fmt.Sprintf("%s: image volumes are not supported by the process provider, which pulls no images", imageVolumeField(spec.Pod)),
+				Warn:    true,
+			}
+		}
+	}
 	if len(spec.Command) == 0 {
 		return &lifecycle.WaitError{
 			Reason: "CreateContainerError",

@@ -193,3 +193,17 @@ func TestUnhealthyNodeIsWedged(t *testing.T) {
 		return err != nil
 	})
 }
+
+// A pod with an image volume runs as any other: a simulated node has
+// nothing to pull or mount, and an image volume needs no attaching.
+func TestImageVolumePodRuns(t *testing.T) {
+	p, _, _ := newTest(t, func(o *Options) { o.Volumes = &fakeVolumes{} })
+	pod := testPod("tools", "", "")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: "busybox:1.37", PullPolicy: corev1.PullIfNotPresent}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "tools", MountPath: "/vol", SubPath: "bin"}}
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatalf("CreatePod: %v", err)
+	}
+	checkRunning(t, mustGet(t, p, "tools"), t0)
+}
