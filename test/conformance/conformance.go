@@ -69,7 +69,8 @@ func SkipRegexp() string {
 // containers, logs and exec, and one spec of each group beyond
 // test/e2e/common: a Deployment rolling out (apps), kubectl logs through
 // the node (cli), a pod reading the API server's OIDC discovery through
-// the kubernetes Service with its token (auth). Each is matched as a
+// the kubernetes Service with its token (auth), pods resolving Services
+// through the cluster's DNS (network). Each is matched as a
 // literal substring of the spec's text, over the whole suite.
 var Smoke = []string{
 	"Pods should be submitted and removed",
