@@ -86,6 +86,10 @@ func (t *teardown) run(ctx context.Context, pidFiles []string, processRoot strin
 		var err error
 		pods, err = podsUnder(processRoot)
 		errs = append(errs, err, t.removeSandboxes(ctx, processRoot, pods))
+		// Their parent too, unless another agent's pods are in it.
+		if err := sandbox.RemoveCgroupParents(sandbox.DefaultCgroupName); err != nil {
+			t.log("%v; left to the agent whose pods are in it", err)
+		}
 	}
 	errs = append(errs, t.endProcesses(ctx))
 	if t.addonsDir != "" {

@@ -32,7 +32,7 @@ func TestSandboxOfAnEarlierAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	opts := sandbox.Options{Exe: exe, RootDir: root, CgroupName: "nodelet-test-process"}
+	opts := sandbox.Options{Exe: exe, RootDir: root, CgroupName: testCgroupName}
 	m, err := sandbox.NewManager(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -46,8 +46,19 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && sandbox.IsSubcommand(os.Args[1]) {
 		os.Exit(sandbox.Main(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 && os.Geteuid() == 0 {
+		// Every test removed its sandboxes: their parent goes too.
+		if err := sandbox.RemoveCgroupParents(testCgroupName); err != nil {
+			fmt.Fprintln(os.Stderr, "left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+// testCgroupName is the tests' parent cgroup of their pods.
+const testCgroupName = "nodelet-test-process"
 
 const (
 	csiDriverName = "dir.csi.nodelet.io"
@@ -286,7 +297,7 @@ func (e *csiEnv) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := sandbox.NewManager(sandbox.Options{Exe: exe, RootDir: e.root, CgroupName: "nodelet-test-process"})
+	rt, err := sandbox.NewManager(sandbox.Options{Exe: exe, RootDir: e.root, CgroupName: testCgroupName})
 	if err != nil {
 		t.Fatal(err)
 	}

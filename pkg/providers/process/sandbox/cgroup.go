@@ -62,6 +62,43 @@ func cgroupParents(name string) (dirs []string, v2 bool, err error) {
 	return dirs, false, nil
 }
 
+// RemoveCgroupParents removes, in each hierarchy, the directory under
+// which the pods' cgroups named name are made (cgroupParents) and the
+// supervisors' cgroup in it, where no pod's cgroup and no process is left
+// in them: what a test or a teardown leaves once every sandbox is
+// removed. A manager that makes a sandbox later makes them again. One
+// still in use stays and is named in the error; none existing is no
+// error.
+func RemoveCgroupParents(name string) error {
+	var dirs []string
+	if exists(filepath.Join(cgroupRoot, "cgroup.controllers")) {
+		dirs = []string{filepath.Join(cgroupRoot, name), filepath.Join(cgroupRoot, ownCgroup(""), name)}
+	} else {
+		for _, c := range v1Controllers {
+			root, err := filepath.EvalSymlinks(filepath.Join(cgroupRoot, c))
+			if err != nil {
+				continue
+			}
+			dirs = append(dirs, filepath.Join(root, name), filepath.Join(root, ownCgroup(c), name))
+		}
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, dir := range dirs {
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		for _, d := range []string{filepath.Join(dir, supervisorsCgroup), dir} {
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // ownCgroup is this process's cgroup path in the v1 hierarchy of
 // controller, or in the v2 hierarchy when controller is empty.
 func ownCgroup(controller string) string {

@@ -485,3 +485,73 @@ func TestUsageFromCgroupV2(t *testing.T) {
 		t.Errorf("rate %v, want half a core (5e8)", second.Pod.CPUNanoCores)
 	}
 }
+
+// TestRemoveCgroupParents checks that the pods' parent cgroups go with
+// their supervisors' cgroup once no pod's cgroup is in them, that one
+// still holding a pod's stays and is named, and that a later sandbox's
+// parents are made again.
+func TestRemoveCgroupParents(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		root func(*testing.T) string
+		self string
+	}{
+		{"v1", fakeV1, "4:memory:/\n3:cpu,cpuacct:/\n2:pids:/\n"},
+		{"v2", fakeV2, "0::/\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := tt.root(t)
+			fakeCgroupfs(t, root, tt.self)
+			dirs, _, err := cgroupParents("nodelet-x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range dirs {
+				// The fake keeps what the kernel would not: the files
+				// enableControllers wrote.
+				os.Remove(filepath.Join(d, "cgroup.subtree_control"))
+				if err := os.Mkdir(filepath.Join(d, supervisorsCgroup), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			busy := filepath.Join(dirs[0], "podu1")
+			if err := os.Mkdir(busy, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			err = RemoveCgroupParents("nodelet-x")
+			if err == nil || !strings.Contains(err.Error(), dirs[0]) {
+				t.Errorf("RemoveCgroupParents with a pod's cgroup left = %v, want an error naming %s", err, dirs[0])
+			}
+			if _, err := os.Stat(dirs[0]); err != nil {
+				t.Errorf("the parent holding a pod's cgroup went: %v", err)
+			}
+			if err := os.Remove(busy); err != nil {
+				t.Fatal(err)
+			}
+			if err := RemoveCgroupParents("nodelet-x"); err != nil {
+				t.Fatalf("RemoveCgroupParents: %v", err)
+			}
+			for _, d := range dirs {
+				if _, err := os.Stat(d); !os.IsNotExist(err) {
+					t.Errorf("%s remains: %v", d, err)
+				}
+			}
+			if err := RemoveCgroupParents("nodelet-x"); err != nil {
+				t.Errorf("RemoveCgroupParents with nothing left = %v, want nil", err)
+			}
+			m, err := NewManager(Options{RootDir: t.TempDir(), CgroupName: "nodelet-x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, _, err := m.cgroups()
+			if err != nil || !reflect.DeepEqual(again, dirs) {
+				t.Errorf("parents made again = %v, %v; want %v", again, err, dirs)
+			}
+			for _, d := range again {
+				if _, err := os.Stat(d); err != nil {
+					t.Errorf("parent not made again: %v", err)
+				}
+			}
+		})
+	}
+}

@@ -58,7 +58,7 @@ func (o *Options) setDefaults() error {
 		o.Exe = exe
 	}
 	if o.CgroupName == "" {
-		o.CgroupName = "nodelet"
+		o.CgroupName = DefaultCgroupName
 	}
 	if strings.Contains(o.CgroupName, "..") || strings.HasPrefix(o.CgroupName, "/") {
 		return fmt.Errorf("runtime options: CgroupName %q must be a relative path", o.CgroupName)
@@ -91,11 +91,13 @@ type Manager struct {
 	podLocks  map[types.UID]*sync.Mutex
 	onExit    []func(types.UID, string)
 
-	cgOnce    sync.Once
+	// cgParents are the pods' parent cgroups the last sandbox was made
+	// under, for the removal of sandboxes that recorded none.
 	cgParents []string
-	cgV2      bool
-	cgErr     error
 }
+
+// DefaultCgroupName is the pods' parent cgroup when Options names none.
+const DefaultCgroupName = "nodelet"
 
 // NewManager validates opts and returns a Manager; it starts nothing.
 func NewManager(opts Options) (*Manager, error) {
@@ -147,12 +149,25 @@ func (m *Manager) lockPod(uid types.UID) func() {
 	return l.Unlock
 }
 
-// cgroups returns the directories pods' cgroups are made under.
+// cgroups returns the directories pods' cgroups are made under, making
+// them (again, if a teardown removed them: RemoveCgroupParents) for each
+// sandbox that starts.
 func (m *Manager) cgroups() ([]string, bool, error) {
-	m.cgOnce.Do(func() {
-		m.cgParents, m.cgV2, m.cgErr = cgroupParents(m.opts.CgroupName)
-	})
-	return m.cgParents, m.cgV2, m.cgErr
+	dirs, v2, err := cgroupParents(m.opts.CgroupName)
+	if err == nil {
+		m.mu.Lock()
+		m.cgParents = dirs
+		m.mu.Unlock()
+	}
+	return dirs, v2, err
+}
+
+// lastCgroups returns the directories the last sandbox's cgroups were
+// made under, without making them.
+func (m *Manager) lastCgroups() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cgParents
 }
 
 // EnsureSandbox returns the pod's running sandbox, adopting one that runs
@@ -464,10 +479,8 @@ func (m *Manager) RemoveSandbox(ctx context.Context, uid types.UID) error {
 		waitTimeout(&s.watchers, 10*time.Second)
 	}
 	cgroups := rec.Cgroups
-	if parents, _, err := m.cgroups(); err == nil {
-		for _, p := range parents {
-			cgroups = append(cgroups, filepath.Join(p, "pod"+string(uid)))
-		}
+	for _, p := range m.lastCgroups() {
+		cgroups = append(cgroups, filepath.Join(p, "pod"+string(uid)))
 	}
 	for _, cg := range cgroups {
 		if err := removeCgroupTree(cg, time.Now().Add(10*time.Second)); err != nil {

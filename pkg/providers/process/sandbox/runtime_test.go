@@ -29,8 +29,19 @@ func TestMain(m *testing.M) {
 		seccompProbe()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 && os.Geteuid() == 0 {
+		// Every test removed its sandboxes: their parent goes too.
+		if err := RemoveCgroupParents(testCgroupName); err != nil {
+			fmt.Fprintln(os.Stderr, "left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+// testCgroupName is the tests' parent cgroup of their pods.
+const testCgroupName = "nodelet-test"
 
 // requireRoot skips tests that need root and namespaces.
 func requireRoot(t *testing.T) {
@@ -62,7 +73,7 @@ func newEnv(t *testing.T, opts Options) *env {
 	}
 	opts.Exe = exe
 	if opts.CgroupName == "" {
-		opts.CgroupName = "nodelet-test"
+		opts.CgroupName = testCgroupName
 	}
 	m, err := NewManager(opts)
 	if err != nil {
@@ -281,7 +292,7 @@ func TestStartCancelledByTheAgentRecordsNoFailure(t *testing.T) {
 		t.Fatalf("status after a cancelled start = %+v, want no exit recorded", st)
 	}
 
-	m2, err := NewManager(Options{RootDir: e.root, Exe: e.m.opts.Exe, CgroupName: "nodelet-test"})
+	m2, err := NewManager(Options{RootDir: e.root, Exe: e.m.opts.Exe, CgroupName: testCgroupName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +509,7 @@ func TestAdoption(t *testing.T) {
 	})
 
 	// A second agent over the same root.
-	m2, err := NewManager(Options{RootDir: e.root, Exe: e.m.opts.Exe, CgroupName: "nodelet-test"})
+	m2, err := NewManager(Options{RootDir: e.root, Exe: e.m.opts.Exe, CgroupName: testCgroupName})
 	if err != nil {
 		t.Fatal(err)
 	}
