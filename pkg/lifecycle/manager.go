@@ -344,8 +344,8 @@ func (m *Manager) worker(namespace, name string) (*podWorker, error) {
 	return w, nil
 }
 
-// CreatePod admits the pod against the node's allocatable resources, then
-// starts its worker, which sets up volumes and sandbox and runs the
+// CreatePod admits the pod against the node's allocatable resources and
+// the host ports of the pods running on it, then starts its worker, which sets up volumes and sandbox and runs the
 // containers.
 func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := m.load(); err != nil {
@@ -361,13 +361,15 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	var used podrules.Requests
-	count := 0
+	var running []*corev1.Pod
 	for _, w := range m.pods {
 		if !w.finished() {
-			used.Add(podrules.PodRequests(w.spec()))
-			count++
+			spec := w.spec()
+			used.Add(podrules.PodRequests(spec))
+			running = append(running, spec)
 		}
 	}
+	count := len(running)
 	if r := podrules.AdmitOS(pod); r != nil {
 		return provider.Reject(r.Reason, "%s", r.Message)
 	}
@@ -380,6 +382,9 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 	}
 	if r := podrules.Admit(m.opts.Allocatable(), podrules.PodRequests(pod), used, count); r != nil {
+		return provider.Reject(r.Reason, "%s", r.Message)
+	}
+	if r := podrules.AdmitHostPorts(pod, running); r != nil {
 		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	w := newPodWorker(m.deps, m, pod, m.clock.Now())

@@ -999,3 +999,35 @@ func TestCrashLoopKeepsOneDeadAttempt(t *testing.T) {
 		t.Errorf("logs --previous while waiting: %q, want %q (the last state's run)", got, want)
 	}
 }
+
+// A pod whose host port another running pod binds is refused at
+// admission, as the kubelet refuses it (NodePorts); once that pod is gone
+// the same port is admitted.
+func TestHostPortConflictIsRefused(t *testing.T) {
+	ctx := context.Background()
+	f := newLifecycleFixture(t, nil)
+	withPort := func(name string) *corev1.Pod {
+		return testPod(name, corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "web", Image: "web", Ports: []corev1.ContainerPort{{ContainerPort: 80, HostPort: 21017}},
+		}}})
+	}
+	if err := f.m.CreatePod(ctx, withPort("first")); err != nil {
+		t.Fatal(err)
+	}
+	err := f.m.CreatePod(ctx, withPort("second"))
+	var rej *provider.Rejection
+	if !errors.As(err, &rej) || rej.Reason != "NodePorts" {
+		t.Fatalf("CreatePod of a pod on a taken host port = %v, want a NodePorts rejection", err)
+	}
+	first := withPort("first")
+	if err := f.m.DeletePod(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "first pod finished", func() (bool, string) {
+		_, err := f.m.GetPod(ctx, "ns", "first")
+		return errors.Is(err, provider.ErrNotFound), fmt.Sprint(err)
+	})
+	if err := f.m.CreatePod(ctx, withPort("second")); err != nil {
+		t.Errorf("CreatePod once the port is free: %v", err)
+	}
+}
