@@ -19,8 +19,7 @@ import (
 // tests (e2e.test of k8s.io/kubernetes; make conformance runs them all)
 // against a cri node: pods, configmap, secret and downward API volumes,
 // probes, init containers, logs and exec, a Deployment's rollout, kubectl
-// logs, a pod that reads the API server through the kubernetes Service,
-// and DNS for Services (conformance.Smoke says which). It is not parallel, so while it
+// logs (conformance.Smoke says which). It is not parallel, so while it
 // runs its node is the only one the suite's pods can land on.
 func TestConformanceSmoke(t *testing.T) {
 	e2eTest := filepath.Join(root, "bin", "e2e.test")
