@@ -18,8 +18,8 @@ import (
 // TestConformanceSmoke runs the smoke set of Kubernetes' node conformance
 // tests (e2e.test of k8s.io/kubernetes; make conformance runs them all)
 // against a cri node: pods, configmap, secret and downward API volumes,
-// probes, init containers, logs and exec, a Deployment's rollout, kubectl
-// logs (conformance.Smoke says which). It is not parallel, so while it
+// probes, init containers, logs and exec, a Deployment's rollout and
+// kubectl logs (conformance.Smoke says which). It is not parallel, so while it
 // runs its node is the only one the suite's pods can land on.
 func TestConformanceSmoke(t *testing.T) {
 	e2eTest := filepath.Join(root, "bin", "e2e.test")
