@@ -107,6 +107,10 @@ func (t *teardown) run(ctx context.Context, pidFiles []string, processRoot strin
 			errs = append(errs, fmt.Errorf("pod %s: %w", uid, err))
 		}
 	}
+	if len(pods) > 0 {
+		// Their QoS parents too, unless another agent's pods are in them.
+		errs = append(errs, cri.RemoveQoSCgroups())
+	}
 	for _, r := range t.roots {
 		errs = append(errs, t.unmountUnder(r))
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
+	"github.com/nodelet/nodelet/pkg/providers/cri"
 )
 
 // killContainers force-deletes, with runc, every container left in the
@@ -146,8 +147,10 @@ func unmountUnder(dir string) error {
 const criNamespace = "k8s.io"
 
 // removeNamespaceCgroups removes the cgroups that runc made as parents of
-// the CRI's containers without a cgroup parent, unless another environment
-// runs (it may use them). Only empty ones go: rmdir refuses the others.
+// the CRI's containers without a cgroup parent, and the cri provider's
+// parents of its pods' cgroups (cri.RemoveQoSCgroups), unless another
+// environment runs (it may use them). Only empty ones go: rmdir refuses
+// the others.
 func removeNamespaceCgroups(own *slot) error {
 	if othersHeld(own) {
 		return nil
@@ -163,5 +166,7 @@ func removeNamespaceCgroups(own *slot) error {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
 		}
 	}
+	// And the parents the cri provider gives its pods' cgroups.
+	errs = append(errs, cri.RemoveQoSCgroups())
 	return errors.Join(errs...)
 }

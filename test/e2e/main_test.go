@@ -91,7 +91,8 @@ func runTests(m *testing.M) int {
 	defer stopCRI()
 	code := m.Run()
 	// The process nodes' pods are gone: their parent cgroup goes too,
-	// unless another agent on this host has pods in it.
+	// unless another agent on this host has pods in it (the cri nodes'
+	// go with the runtime: crienv's Stop).
 	if err := sandbox.RemoveCgroupParents(sandbox.DefaultCgroupName); err != nil {
 		fmt.Fprintln(os.Stderr, "kept:", err)
 	}

@@ -368,6 +368,30 @@ func RemovePodCgroups(uid types.UID) error {
 	return errors.Join(errs...)
 }
 
+// RemoveQoSCgroups removes, from every hierarchy, the parents of the
+// pods' cgroups (podCgroup: /nodelet and its burstable and besteffort)
+// where nothing is left in them: what a test run or a teardown leaves once
+// every pod is removed. The runtime makes them again for the next pod's
+// sandbox. One still in use (another agent's pods, the process provider's
+// supervisors) stays, and none existing is no error; it never kills
+// anything.
+func RemoveQoSCgroups() error {
+	hierarchies, err := mountinfo.CgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range hierarchies {
+		for _, dir := range []string{"/nodelet/burstable", "/nodelet/besteffort", "/nodelet"} {
+			err := syscall.Rmdir(filepath.Join(h, dir))
+			if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(h, dir), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // removeCgroupTree removes a cgroup and those below it, killing what runs
 // in them first. A cgroup that is gone is not an error.
 func removeCgroupTree(dir string) error {
