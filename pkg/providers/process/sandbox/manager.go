@@ -209,8 +209,9 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 		}
 	}
 	rec = sandboxRecord{Spec: spec, AppliesSecurity: true}
-	if parents, v2, err := m.cgroups(); err != nil {
-		logger.Error(err, "Running the pod without cgroups")
+	parents, v2, cgErr := m.cgroups()
+	if cgErr != nil {
+		logger.Error(cgErr, "Running the pod without cgroups")
 	} else {
 		for _, p := range parents {
 			rec.Cgroups = append(rec.Cgroups, filepath.Join(p, "pod"+string(spec.UID)))
@@ -231,7 +232,9 @@ func (m *Manager) EnsureSandbox(ctx context.Context, spec SandboxSpec) (*Sandbox
 		return nil, err
 	}
 	defer ready.Close()
-	m.joinSupervisorsCgroup(logger, pid)
+	if cgErr == nil {
+		joinSupervisorsCgroup(logger, pid, parents, v2)
+	}
 	rec.PID = pid
 	rec.StartTime, _, _, _ = procStat(pid)
 	err = writeJSONAtomic(filepath.Join(dir, sandboxFile), rec)
@@ -302,11 +305,8 @@ const supervisorsCgroup = "supervisors"
 // process, so that a hundred starting at once cannot starve the agent and
 // the API server they report to. The cgroup has no memory limit: a pod's
 // memory limit never kills its supervisor. Failing to is logged, not fatal.
-func (m *Manager) joinSupervisorsCgroup(logger klog.Logger, pid int) {
-	parents, v2, err := m.cgroups()
-	if err != nil {
-		return
-	}
+// parents are the pods' parent cgroups the sandbox's were made under.
+func joinSupervisorsCgroup(logger klog.Logger, pid int, parents []string, v2 bool) {
 	for _, p := range parents {
 		if !v2 && !exists(filepath.Join(p, "cpu.shares")) {
 			continue
