@@ -108,8 +108,3 @@ func (rep *report) fits(pod *corev1.Pod) bool {
 	}
 	return !rep.static && (rep.uid == "" || rep.uid == pod.UID)
 }
-
-// finished tells whether a pod's phase is final.
-func finished(pod *corev1.Pod) bool {
-	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}

@@ -22,7 +22,7 @@ func (c *Controller) pushed(ctx context.Context, pod *corev1.Pod) {
 	klog.FromContext(ctx).V(4).Info("Provider reported a status", "pod", klog.KObj(pod), "phase", pod.Status.Phase)
 	key := pod.Namespace + "/" + pod.Name
 	c.report(key, pod)
-	if finished(pod) && !podrules.IsStaticPod(pod) {
+	if podrules.IsFinal(pod.Status.Phase) && !podrules.IsStaticPod(pod) {
 		c.queue.Add(key)
 	}
 }
