@@ -31,6 +31,11 @@ func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duratio
 		return c.opts.RenewInterval, nil
 	}
 
+	// A write held up longer than the lease's duration (the API server
+	// waiting for etcd) would land with a renewTime that has already
+	// expired: give up on it and write a fresh one.
+	ctx, cancel := context.WithTimeout(ctx, c.opts.LeaseDuration)
+	defer cancel()
 	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(c.opts.Clock.Now())
 	if lease == nil {

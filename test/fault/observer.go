@@ -221,20 +221,35 @@ func (o *Observer) lease(l *coordinationv1.Lease) {
 	if !strings.HasPrefix(l.Name, o.nodePrefix) || l.Spec.RenewTime == nil {
 		return
 	}
-	renew := l.Spec.RenewTime.Time
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if l.Spec.LeaseDurationSeconds != nil {
 		o.duration[l.Name] = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
-	last, ok := o.renewed[l.Name]
-	if ok && renew.Sub(last) > o.duration[l.Name] && !o.lapsed[l.Name] {
-		o.count(&o.c.LeaseLapses, "lease %s: renewed %s after the last renewal", l.Name, renew.Sub(last).Round(time.Millisecond))
+	o.renewal(l.Name, l.Spec.RenewTime.Time, time.Now())
+}
+
+// renewal records a renewTime seen at now. A lapse ends only with a renewal
+// that is still fresh when seen: a write that was held up (the API server
+// waiting for etcd) and lands with a renewTime older than the duration
+// leaves the lease lapsed, and is not a second lapse.
+func (o *Observer) renewal(name string, renew, now time.Time) {
+	d := o.duration[name]
+	last, ok := o.renewed[name]
+	if d <= 0 || ok && !renew.After(last) {
+		return
 	}
-	if !ok || renew.After(last) {
-		o.renewed[l.Name] = renew
-		o.lapsed[l.Name] = false
+	o.renewed[name] = renew
+	late := ok && renew.Sub(last) > d
+	fresh := now.Sub(renew) <= d
+	switch {
+	case o.lapsed[name]:
+	case late:
+		o.count(&o.c.LeaseLapses, "lease %s: renewed %s after the last renewal", name, renew.Sub(last).Round(time.Millisecond))
+	case !fresh:
+		o.count(&o.c.LeaseLapses, "lease %s: renewed with a renewTime already %s old", name, now.Sub(renew).Round(time.Second))
 	}
+	o.lapsed[name] = !fresh
 }
 
 // watchLapses counts a lease as lapsed as soon as its duration has passed
@@ -248,13 +263,19 @@ func (o *Observer) watchLapses(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			o.mu.Lock()
-			for name, last := range o.renewed {
-				if d := o.duration[name]; d > 0 && now.Sub(last) > d && !o.lapsed[name] {
-					o.lapsed[name] = true
-					o.count(&o.c.LeaseLapses, "lease %s: not renewed for %s", name, now.Sub(last).Round(time.Second))
-				}
-			}
+			o.checkLapses(now)
 			o.mu.Unlock()
+		}
+	}
+}
+
+// checkLapses counts each lease whose duration has passed by now since its
+// last renewal, once until it is renewed again.
+func (o *Observer) checkLapses(now time.Time) {
+	for name, last := range o.renewed {
+		if d := o.duration[name]; d > 0 && now.Sub(last) > d && !o.lapsed[name] {
+			o.lapsed[name] = true
+			o.count(&o.c.LeaseLapses, "lease %s: not renewed for %s", name, now.Sub(last).Round(time.Second))
 		}
 	}
 }
