@@ -26,7 +26,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatal("Routes() is empty")
 	}
 	configs := map[string]*Server{
-		"every option": {opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), Stats: noSummary{}, Profiling: true}},
+		"every option": {opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), Stats: noSummary{}, Profiling: true, Configz: struct{}{}}},
 		"no option":    {opts: Options{}},
 	}
 	a := &auth{nodeName: "node-a"}
