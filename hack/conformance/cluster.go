@@ -30,7 +30,9 @@ type cluster struct {
 	dir        string
 	bin        string
 	provider   string
+	suite      string
 	kubeconfig string
+	host       string // the API server's URL
 	client     kubernetes.Interface
 	hostIP     string
 	rootDir    string
@@ -53,7 +55,7 @@ func (c *cluster) stop() error {
 // startCluster brings up the control plane, the runtime (cri), the node,
 // CoreDNS and kube-proxy. On error what was started is stopped.
 func startCluster(ctx context.Context, o options, provider, dir string) (c *cluster, err error) {
-	c = &cluster{dir: dir, bin: o.bin, provider: provider, rootDir: filepath.Join(dir, "nodelet")}
+	c = &cluster{dir: dir, bin: o.bin, provider: provider, suite: o.suite, rootDir: filepath.Join(dir, "nodelet")}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.stop())
@@ -66,15 +68,22 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 	if c.hostIP, err = clusteraddons.APIServerAddress(ctx, c.client); err != nil {
 		return c, err
 	}
-	var runtimeArgs []string
+	var nodeArgs []string
+	if o.suite == suiteNode {
+		if nodeArgs, err = c.prepareNodeSuite(); err != nil {
+			return c, err
+		}
+	}
 	if provider == "cri" {
 		if err := c.startRuntime(ctx, o.images); err != nil {
 			return c, err
 		}
-		runtimeArgs = []string{"--container-runtime-endpoint", c.runtime.Endpoint(),
-			"--pod-logs-dir", filepath.Join(dir, "logs", "pods")}
+		nodeArgs = append(nodeArgs, "--container-runtime-endpoint", c.runtime.Endpoint())
+		if o.suite != suiteNode {
+			nodeArgs = append(nodeArgs, "--pod-logs-dir", filepath.Join(dir, "logs", "pods"))
+		}
 	}
-	if err := c.startNode(ctx, runtimeArgs); err != nil {
+	if err := c.startNode(ctx, nodeArgs); err != nil {
 		return c, err
 	}
 	if err := c.startAddons(ctx); err != nil {
@@ -96,6 +105,7 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.host = cfg.Host
 	c.client, err = kubernetes.NewForConfig(cfg)
 	return err
 }
