@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nodelet/nodelet/pkg/mountinfo"
 )
 
@@ -61,5 +63,57 @@ func TestRemoveCgroupTreeKillsWhatTheRuntimeLost(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Error("the process of the lost container still runs")
+	}
+}
+
+// The pods' cgroups are named as the kubelet names them (cgroupfs driver,
+// cgroupRoot "/"): tools and the node e2e suite look for kubepods.
+func TestPodCgroupsAreTheKubelets(t *testing.T) {
+	for qos, want := range map[corev1.PodQOSClass]string{
+		corev1.PodQOSGuaranteed: "/kubepods/poduid-1",
+		corev1.PodQOSBurstable:  "/kubepods/burstable/poduid-1",
+		corev1.PodQOSBestEffort: "/kubepods/besteffort/poduid-1",
+	} {
+		if got := podCgroup(qos, "uid-1"); got != want {
+			t.Errorf("%s pod cgroup %q, want %q", qos, got, want)
+		}
+	}
+}
+
+// A QoS cgroup made in a cpuset hierarchy takes its parent's CPUs and
+// memory nodes, without which no process could join it.
+func TestEnsureCgroupInACpusetHierarchy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	hierarchies, err := mountinfo.CgroupHierarchies()
+	if err != nil {
+		t.Skip(err)
+	}
+	var root string
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, "cpuset.cpus")); err == nil {
+			if _, err := os.Stat(filepath.Join(h, "cgroup.controllers")); err != nil {
+				root = h // a cgroup v1 cpuset hierarchy
+			}
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup v1 cpuset hierarchy")
+	}
+	dir := "/nodelet-test-qos-" + strconv.Itoa(os.Getpid())
+	if err := ensureCgroup(root, dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Join(root, dir))
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		parent, _ := os.ReadFile(filepath.Join(root, f))
+		own, _ := os.ReadFile(filepath.Join(root, dir, f))
+		if string(own) != string(parent) {
+			t.Errorf("%s = %q, want the parent's %q", f, own, parent)
+		}
+	}
+	if err := ensureCgroup(root, dir); err != nil {
+		t.Errorf("a second ensure: %v", err)
 	}
 }

@@ -170,6 +170,10 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 // events) and runs the pod lifecycle until ctx ends. The pods keep running
 // in the runtime after it returns.
 func (p *Provider) Run(ctx context.Context) error {
+	if err := EnsureQOSCgroups(); err != nil {
+		// The runtime still creates each pod's cgroup with its parents.
+		klog.FromContext(ctx).Error(err, "Unable to create the QoS cgroups")
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { p.runtime.run(ctx) })
 	wg.Go(func() { p.runtime.watchEvents(ctx) })

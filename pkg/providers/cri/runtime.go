@@ -327,21 +327,15 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 	return sb, nil
 }
 
-// cgroupParent is the pod's cgroup under nodelet's, by QoS class, in the
-// cgroupfs driver's form. The runtime creates it with the pod's first
-// sandbox; RemoveSandbox removes it.
+// cgroupParent is the pod's cgroup below the pods' (podsCgroup), by QoS
+// class, in the cgroupfs driver's form. The runtime creates it with the
+// pod's first sandbox; RemoveSandbox removes it.
 func cgroupParent(pod *corev1.Pod) string {
 	return podCgroup(podrules.QOSClass(pod), pod.UID)
 }
 
 func podCgroup(qos corev1.PodQOSClass, uid types.UID) string {
-	switch qos {
-	case corev1.PodQOSGuaranteed:
-		return "/nodelet/pod" + string(uid)
-	case corev1.PodQOSBurstable:
-		return "/nodelet/burstable/pod" + string(uid)
-	}
-	return "/nodelet/besteffort/pod" + string(uid)
+	return qosCgroup(qos) + "/pod" + string(uid)
 }
 
 // RemovePodCgroups removes the pod's cgroup (of whichever QoS class) from
