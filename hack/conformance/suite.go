@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/mountinfo"
 	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
 )
@@ -124,11 +125,14 @@ func ignoreNotFound(err error) error {
 }
 
 // The paths the node suite reads as the kubelet's, whatever the node's
-// configuration: its container logs (ContainerLogPath reads
+// configuration: its root directory (the pods' volumes under
+// /var/lib/kubelet/pods, the sockets of device plugins and pod
+// resources), its container logs (ContainerLogPath reads
 // /var/log/containers and /var/log/pods) and the host's root at /rootfs
 // (in --conformance mode, the system validation chroots there, as in
 // upstream's node test image, which mounts the host's / there).
 const (
+	kubeletRootDir   = "/var/lib/kubelet"
 	podLogsDir       = "/var/log/pods"
 	containerLogsDir = "/var/log/containers"
 	rootfs           = "/rootfs"
@@ -136,17 +140,25 @@ const (
 
 // prepareNodeSuite readies the host for the node suite and returns the
 // flags of the node that the suite expects, as it configures a kubelet of
-// its own (test/e2e_node/services/kubelet.go): static pods from a
-// directory read every 10 seconds, the read-only port 10255, container
-// logs under /var/log/pods. What it creates goes when the cluster stops.
+// its own (test/e2e_node/services/kubelet.go): the kubelet's root
+// directory, static pods from a directory read every 10 seconds, the
+// read-only port 10255, container logs under /var/log/pods. The
+// directories must be empty, and go when the cluster stops (the root
+// directory only once nothing is mounted below it).
 func (c *cluster) prepareNodeSuite() ([]string, error) {
-	for _, d := range []string{podLogsDir, containerLogsDir} {
+	for _, d := range []string{kubeletRootDir, podLogsDir, containerLogsDir} {
 		entries, err := os.ReadDir(d)
 		if err == nil && len(entries) > 0 {
 			return nil, fmt.Errorf("%s is not empty: another node agent's, or one a run left; the node suite needs it to itself", d)
 		}
-		c.onStop(func() error { return os.RemoveAll(d) })
+		c.onStop(func() error {
+			if mounts, err := mountinfo.Under(d); err != nil || len(mounts) > 0 {
+				return fmt.Errorf("%s left in place: mounts below it %v (%v)", d, mounts, err)
+			}
+			return os.RemoveAll(d)
+		})
 	}
+	c.rootDir = kubeletRootDir
 	if _, err := os.Lstat(rootfs); errors.Is(err, os.ErrNotExist) {
 		if err := os.Symlink("/", rootfs); err != nil {
 			return nil, fmt.Errorf("the host's root at %s: %w", rootfs, err)
