@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/pkg/deviceplugin"
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/provider"
@@ -65,6 +66,25 @@ type Options struct {
 	// CleanUpPeriod is how often leftovers of pods that are gone are
 	// cleaned up; default lifecycle.DefaultCleanUpPeriod.
 	CleanUpPeriod time.Duration
+	// Devices are the node's device plugins (package deviceplugin): their
+	// resources in the node's status, their devices in the containers
+	// that request them. nil: none.
+	Devices Devices
+}
+
+// Devices is the node's device manager as the provider uses it
+// (*deviceplugin.Manager).
+type Devices interface {
+	// Run serves the plugins until ctx ends.
+	Run(ctx context.Context) error
+	// Notify sets what is called when Resources change.
+	Notify(func())
+	// Resources are the plugins' extended resources.
+	Resources() (capacity, allocatable corev1.ResourceList)
+	// Allocate gives a container the devices it requests.
+	Allocate(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*deviceplugin.ContainerDevices, error)
+	// Release frees a pod's devices once it is gone.
+	Release(uid types.UID)
 }
 
 // Provider runs the pods of one node through a CRI runtime: the pod
@@ -152,6 +172,7 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 		containerLogsDir: opts.ContainerLogsDir,
 		sandboxes:        map[types.UID]*criSandbox{},
 		relistNow:        make(chan struct{}, 1),
+		devices:          opts.Devices,
 	}
 	parts.Runtime = rt
 	m, err := lifecycle.New(parts, lifecycle.Options{
@@ -175,6 +196,14 @@ func (p *Provider) Run(ctx context.Context) error {
 		klog.FromContext(ctx).Error(err, "Unable to create the QoS cgroups")
 	}
 	var wg sync.WaitGroup
+	if d := p.opts.Devices; d != nil {
+		d.Notify(p.NodeStatusChanged)
+		wg.Go(func() {
+			if err := d.Run(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Device plugins stopped")
+			}
+		})
+	}
 	wg.Go(func() { p.runtime.run(ctx) })
 	wg.Go(func() { p.runtime.watchEvents(ctx) })
 	wg.Go(func() { p.listImages(ctx) })
@@ -266,6 +295,13 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	s.VolumesInUse = nil
 	if inUse := p.VolumesInUse(); len(inUse) > 0 {
 		s.VolumesInUse = inUse
+	}
+	if p.opts.Devices != nil {
+		capacity, allocatable := p.opts.Devices.Resources()
+		for name, q := range capacity {
+			s.Capacity[name] = q
+			s.Allocatable[name] = allocatable[name]
+		}
 	}
 }
 

@@ -60,6 +60,8 @@ type criRuntime struct {
 	runtimeName string
 
 	relistNow chan struct{}
+	// devices gives containers the devices they request; nil for none.
+	devices Devices
 	// listSeq numbers the lists of containers in the order they were
 	// asked for, so an older list never replaces a newer one.
 	listSeq atomic.Uint64
@@ -409,6 +411,9 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.sandboxes, uid)
 	r.mu.Unlock()
+	if r.devices != nil {
+		r.devices.Release(uid)
+	}
 	if err := RemovePodCgroups(uid); err != nil {
 		return err
 	}

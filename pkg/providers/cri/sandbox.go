@@ -363,6 +363,13 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 	if err != nil {
 		return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 	}
+	if s.rt.devices != nil {
+		devices, err := s.rt.devices.Allocate(ctx, pod, c)
+		if err != nil {
+			return &lifecycle.WaitError{Reason: "UnexpectedAdmissionError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
+		}
+		withDevices(cfg, devices)
+	}
 	s.removeUnstarted(ctx, rs, c.Name, spec.Attempt)
 	id, err := rs.CreateContainer(ctx, s.id, cfg, sbCfg)
 	if err != nil {
