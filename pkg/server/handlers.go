@@ -37,7 +37,8 @@ type Route struct {
 // ones (metrics, probe metrics, stats, profiling) are enabled: what a test
 // of the authorization matrix walks, so that no endpoint is forgotten.
 func Routes() []Route {
-	s := &Server{opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), Stats: noSummary{}, Profiling: true, Configz: struct{}{}}}
+	s := &Server{opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), CadvisorMetrics: http.NotFoundHandler(),
+		Stats: noSummary{}, Profiling: true, Configz: struct{}{}}}
 	return s.routeTable().routes
 }
 
@@ -141,8 +142,7 @@ func (s *Server) routeTable() *routeTable {
 		t.handleFunc(http.MethodGet, "/debug/pprof/symbol", pprof.Symbol, "proxy")
 		t.handleFunc(http.MethodGet, "/debug/pprof/trace", pprof.Trace, "proxy")
 	}
-	// Anything else under these (/metrics/cadvisor, /stats/…, /logs/…) is
-	// not served yet.
+	// Anything else under these (/stats/…, /logs/…) is not served yet.
 	for _, p := range []struct{ path, subresource string }{{"/metrics/", "metrics"}, {"/stats/", "stats"}, {"/logs/", "log"}} {
 		t.handleFunc("", p.path, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("%s is not implemented by nodelet", r.URL.Path), http.StatusNotImplemented)

@@ -61,7 +61,7 @@ func TestConfigz(t *testing.T) {
 func TestReadOnlyPort(t *testing.T) {
 	rv := &reviews{allowed: map[string]bool{}}
 	s, err := New(rv.client(t), newBackend(), Options{NodeName: "node-a", Stats: newStatsBackend(), Metrics: okHandler("metrics"),
-		ProbeMetrics: okHandler("probes"), Configz: struct{}{}, ReadOnlyPort: 1})
+		ProbeMetrics: okHandler("probes"), CadvisorMetrics: okHandler("cadvisor"), Configz: struct{}{}, ReadOnlyPort: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +110,7 @@ func TestReadOnlyPort(t *testing.T) {
 		{http.MethodPost, "/stats/summary", http.StatusOK, `"nodeName": "node-a"`},
 		{http.MethodGet, "/metrics", http.StatusOK, "metrics"},
 		{http.MethodGet, "/metrics/probes", http.StatusOK, "probes"},
+		{http.MethodGet, "/metrics/cadvisor", http.StatusOK, "cadvisor"},
 		{http.MethodGet, "/metrics/resource", http.StatusOK, "node_cpu_usage_seconds_total"},
 		{http.MethodGet, "/configz", http.StatusNotFound, ""},
 		{http.MethodGet, "/containerLogs/ns/p1/c", http.StatusNotFound, ""},

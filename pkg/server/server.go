@@ -134,6 +134,9 @@ type Options struct {
 	Metrics http.Handler
 	// ProbeMetrics serves /metrics/probes; nil answers 501.
 	ProbeMetrics http.Handler
+	// CadvisorMetrics serves /metrics/cadvisor (the containers' metrics in
+	// cAdvisor's names); nil answers 501.
+	CadvisorMetrics http.Handler
 	// Stats serves /stats/summary and /metrics/resource; nil answers 501.
 	Stats SummaryProvider
 	// Addresses, when set, picks the node of /stats and /metrics requests

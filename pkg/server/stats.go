@@ -15,11 +15,14 @@ import (
 )
 
 // statsRoutes adds /stats/summary and /metrics/resource when the server
-// has a summary source, and /metrics/probes when it has probe metrics;
-// without, they fall to the 501 of /stats/ and /metrics/.
+// has a summary source, /metrics/probes and /metrics/cadvisor when it has
+// those metrics; without, they fall to the 501 of /stats/ and /metrics/.
 func (s *Server) statsRoutes(t *routeTable) {
 	if s.opts.ProbeMetrics != nil {
 		t.handleReadOnly(http.MethodGet, "/metrics/probes", s.opts.ProbeMetrics, "metrics")
+	}
+	if s.opts.CadvisorMetrics != nil {
+		t.handleReadOnly(http.MethodGet, "/metrics/cadvisor", s.opts.CadvisorMetrics, "metrics")
 	}
 	sp := s.opts.Stats
 	if sp == nil {
