@@ -137,3 +137,32 @@ func (m *Manager) Release(pod types.UID) {
 	defer m.mu.Unlock()
 	delete(m.allocated, pod)
 }
+
+// PodDevices are the devices the pod's containers hold: by container, by
+// resource, their IDs.
+func (m *Manager) PodDevices(pod types.UID) map[string]map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]map[string][]string{}
+	for container, byResource := range m.allocated[pod] {
+		out[container] = map[string][]string{}
+		for name, ids := range byResource {
+			out[container][name] = slices.Clone(ids)
+		}
+	}
+	return out
+}
+
+// AllocatableDevices are the healthy devices of the running plugins, by
+// resource.
+func (m *Manager) AllocatableDevices() map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for name, r := range m.resources {
+		if r.stopped.IsZero() {
+			out[name] = r.healthy()
+		}
+	}
+	return out
+}

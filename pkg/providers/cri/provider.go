@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/deviceplugin"
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/podresources"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -204,6 +206,17 @@ func (p *Provider) Run(ctx context.Context) error {
 			}
 		})
 	}
+	// The kubelet's pod resources API: <rootDir>/pod-resources/kubelet.sock.
+	var held podresources.Devices
+	if d, ok := p.opts.Devices.(podresources.Devices); ok {
+		held = d
+	}
+	resources := podresources.New(filepath.Join(p.opts.RootDir, "pod-resources", "kubelet.sock"), p.GetPods, held)
+	wg.Go(func() {
+		if err := resources.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "The pod resources API stopped")
+		}
+	})
 	wg.Go(func() { p.runtime.run(ctx) })
 	wg.Go(func() { p.runtime.watchEvents(ctx) })
 	wg.Go(func() { p.listImages(ctx) })
