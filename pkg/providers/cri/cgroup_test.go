@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
 )
@@ -115,5 +116,57 @@ func TestEnsureCgroupInACpusetHierarchy(t *testing.T) {
 	}
 	if err := ensureCgroup(root, dir); err != nil {
 		t.Errorf("a second ensure: %v", err)
+	}
+}
+
+// The pod's own cgroup is limited as the kubelet limits it: shares from
+// the requests, a quota and a memory limit only when every container has
+// one, the overhead added, the least shares for BestEffort pods.
+func TestPodCgroupLimits(t *testing.T) {
+	node := testNode()
+	container := func(req, lim corev1.ResourceList) corev1.Container {
+		return corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}
+	}
+	guaranteed := container(rl("cpu", "100m", "memory", "100Mi"), rl("cpu", "100m", "memory", "100Mi"))
+	for _, tc := range []struct {
+		name string
+		spec corev1.PodSpec
+		want podCgroupLimits
+	}{
+		{"guaranteed with overhead", corev1.PodSpec{Containers: []corev1.Container{guaranteed},
+			Overhead: rl("cpu", "200m", "memory", "140Mi")},
+			podCgroupLimits{CPUShares: 307, CPUPeriod: 100000, CPUQuota: 30000, MemoryLimit: 240 << 20}},
+		{"burstable, one container without limits", corev1.PodSpec{Containers: []corev1.Container{guaranteed,
+			container(rl("cpu", "100m"), nil)}},
+			podCgroupLimits{CPUShares: 204, CPUPeriod: 100000}},
+		{"besteffort", corev1.PodSpec{Containers: []corev1.Container{container(nil, nil)}},
+			podCgroupLimits{CPUShares: 2, CPUPeriod: 100000}},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}, Spec: tc.spec}
+		if got := podLimitsOf(pod, node); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+
+	// Written in cgroup v1's cpu and memory hierarchies, below kubepods.
+	root := t.TempDir()
+	for _, d := range []string{"cpu", "memory"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{guaranteed},
+		Overhead: rl("cpu", "200m", "memory", "140Mi")}}
+	if err := ensurePodCgroup(pod, node, root); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"cpu/kubepods/poduid-1/cpu.cfs_quota_us":         "30000",
+		"cpu/kubepods/poduid-1/cpu.shares":               "307",
+		"memory/kubepods/poduid-1/memory.limit_in_bytes": "251658240",
+	} {
+		if got, _ := os.ReadFile(filepath.Join(root, file)); string(got) != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
 	}
 }

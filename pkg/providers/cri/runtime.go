@@ -301,6 +301,10 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("pod log directory: %w", err)
 	}
+	if err := ensurePodCgroup(pod, r.node, cgroupFS); err != nil {
+		// The runtime still makes the cgroup, without the pod's limits.
+		klog.FromContext(ctx).Error(err, "Unable to set the pod's cgroup limits", "pod", klog.KObj(pod))
+	}
 	id, err := rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
 		return nil, err
