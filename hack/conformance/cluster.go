@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,8 @@ func (c *cluster) stop() error {
 }
 
 // startCluster brings up the control plane, the runtime (cri), the node,
-// CoreDNS and kube-proxy. On error what was started is stopped.
+// and for the e2e suite CoreDNS and kube-proxy. On error what was started
+// is stopped.
 func startCluster(ctx context.Context, o options, provider, dir string) (c *cluster, err error) {
 	c = &cluster{dir: dir, bin: o.bin, provider: provider, suite: o.suite, rootDir: filepath.Join(dir, "nodelet")}
 	defer func() {
@@ -83,8 +85,15 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 			nodeArgs = append(nodeArgs, "--pod-logs-dir", filepath.Join(dir, "logs", "pods"))
 		}
 	}
+	nodeArgs = append(nodeArgs, "--port", strconv.Itoa(o.kubeletPort))
 	if err := c.startNode(ctx, nodeArgs); err != nil {
 		return c, err
+	}
+	// The node suite needs no cluster DNS or Service proxy, as upstream's
+	// node e2e runs without them: its pods resolve with the node's
+	// resolver (dnsPolicy Default) and it tests no Service.
+	if o.suite == suiteNode {
+		return c, nil
 	}
 	if err := c.startAddons(ctx); err != nil {
 		return c, err

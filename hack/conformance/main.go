@@ -46,7 +46,9 @@ type options struct {
 	procsProc int
 	focus     string
 	skip      string
-	timeout   time.Duration
+	// kubeletPort is the node's kubelet API port.
+	kubeletPort int
+	timeout     time.Duration
 }
 
 func run() error {
@@ -61,6 +63,7 @@ func run() error {
 	flag.StringVar(&o.focus, "focus", "", "extra --ginkgo.focus regexp, ANDed with the conformance selection (empty: all of it)")
 	flag.StringVar(&o.skip, "skip", "", "extra --ginkgo.skip regexp, ORed with the listed skips")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo's timeout for one provider's run")
+	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the node's kubelet API port (the kubelet's 10250; another lets a run share the host with a node that has it, as the node suite's selection never reaches the port but through the API server)")
 	summarize := flag.Bool("summarize", false, "only write the summary from the reports under --out, and print it")
 	flag.Parse()
 	if *summarize {
