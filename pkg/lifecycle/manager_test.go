@@ -257,7 +257,15 @@ func (s *fakeSandbox) UpdateResources(_ context.Context, _ *corev1.Pod, c *corev
 	return nil
 }
 
-func (s *fakeSandbox) ExecSync(context.Context, string, []string) ([]byte, int, error) {
+// ExecSync runs nothing: "fail" exits 1, and "hook" (a hook's command)
+// is recorded.
+func (s *fakeSandbox) ExecSync(_ context.Context, container string, argv []string) ([]byte, int, error) {
+	switch argv[0] {
+	case "fail":
+		return nil, 1, nil
+	case "hook":
+		s.rt.record("hook " + container)
+	}
 	return nil, 0, nil
 }
 
@@ -921,6 +929,30 @@ func TestTerminatingPodIsNotReady(t *testing.T) {
 		cs := s.ContainerStatuses[0]
 		return !cs.Ready && cs.State.Running != nil, fmt.Sprintf("%+v", cs)
 	})
+}
+
+// A container that fails its liveness probe is killed as the kubelet
+// kills it: its preStop hook runs first (the node e2e suite's "should call
+// the container's preStop hook and terminate it if its liveness probe
+// fails"), and it restarts.
+func TestLivenessFailureRunsThePreStopHook(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("sick", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{
+		Name: "app", Image: "i",
+		LivenessProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1,
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"fail"}}}},
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"hook"}}}},
+	}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "killed and started again", func() (bool, string) {
+		got := f.rt.recorded()
+		return len(got) >= 4, fmt.Sprint(got)
+	})
+	if got := f.rt.recorded()[:4]; !slices.Equal(got, []string{"start app", "hook app", "stop app", "start app"}) {
+		t.Errorf("runtime saw %v, want the preStop hook before the stop", got)
+	}
 }
 
 // An evicted pod's containers are stopped and the pod fails with the

@@ -69,40 +69,45 @@ func (w *podWorker) stopContainers(ctx context.Context, sb Sandbox, cs []*corev1
 		if st, ok := sb.Container(c.Name); !ok || st.State != StateRunning {
 			continue
 		}
-		wg.Go(func() {
-			if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
-				hctx, cancel := context.WithDeadline(ctx, deadline)
-				go func() {
-					select {
-					case <-w.terminateImmediately:
-						cancel()
-					case <-hctx.Done():
-					}
-				}()
-				if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
-					w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
-				}
-				cancel()
-			}
-			w.event(corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
-			left := max(deadline.Sub(w.deps.clock.Now()), 0)
-			sctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			done := make(chan struct{})
-			go func() {
-				select {
-				case <-w.terminateImmediately:
-					_ = sb.StopContainer(sctx, c.Name, 0)
-				case <-done:
-				}
-			}()
-			if err := sb.StopContainer(sctx, c.Name, left); err != nil {
-				w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
-			}
-			close(done)
-		})
+		wg.Go(func() { w.stopContainer(ctx, sb, c, deadline, hooks, "Stopping container "+c.Name) })
 	}
 	wg.Wait()
+}
+
+// stopContainer stops the container by deadline as the kubelet kills
+// one: a Killing event that says why, its preStop hook (when hooks is
+// set), then the stop with what is left of the time.
+func (w *podWorker) stopContainer(ctx context.Context, sb Sandbox, c *corev1.Container, deadline time.Time, hooks bool, why string) {
+	w.event(corev1.EventTypeNormal, "Killing", "%s", why)
+	if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
+		hctx, cancel := context.WithDeadline(ctx, deadline)
+		go func() {
+			select {
+			case <-w.terminateImmediately:
+				cancel()
+			case <-hctx.Done():
+			}
+		}()
+		if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
+			w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+		}
+		cancel()
+	}
+	left := max(deadline.Sub(w.deps.clock.Now()), 0)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-w.terminateImmediately:
+			_ = sb.StopContainer(sctx, c.Name, 0)
+		case <-done:
+		}
+	}()
+	if err := sb.StopContainer(sctx, c.Name, left); err != nil {
+		w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
+	}
+	close(done)
 }
 
 // terminate stops a deleted pod's containers as stop says (within its
