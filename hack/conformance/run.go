@@ -120,7 +120,8 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		r.Summary, runErr = conformance.ReadJUnit(junit)
 		r.Summary.Duration = wall
 	}
-	r.Leaks = c.leftBehind(ctx)
+	// Interrupted, the run still looks for what it left behind.
+	r.Leaks = c.leftBehind(context.WithoutCancel(ctx))
 	if err := c.stop(); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
