@@ -239,6 +239,12 @@ func (a *podActions) sidecar(v *podView, i int, now time.Time) bool {
 	case st == nil:
 		a.start(cv, 0, false)
 		return false
+	case st.State == StateRunning && newImage(cv):
+		// Restarted at once with the image its spec names, as an app
+		// container; what already followed it goes on.
+		a.add(actSyncProbes, cv)
+		a.add(actRestartForImage, cv)
+		return startedAfter(v, i)
 	case st.State == StateRunning:
 		a.add(actSyncProbes, cv)
 		resizing := a.resize(cv)
