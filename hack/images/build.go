@@ -42,6 +42,9 @@ var (
 	nonrootRefs    = []string{"registry.k8s.io/e2e-test-images/nonroot:1.5"}
 	nonewprivsRefs = []string{"registry.k8s.io/e2e-test-images/nonewprivs:1.4"}
 	nginxRefs      = []string{"registry.k8s.io/e2e-test-images/nginx:1.15-4"}
+	// glibc-dns-testing: the hostname specs read `hostname -f` through
+	// glibc's resolver.
+	glibcDNSTestingRefs = []string{"registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"}
 )
 
 // Annotations of an index entry of the layout: the image's full reference
@@ -66,6 +69,9 @@ type inputs struct {
 	// files are host files added to agnhost as they are (porter's TLS
 	// certificate and key): image path → host path.
 	files map[string]string
+	// hostname is a host hostname(1) that resolves through glibc
+	// (Debian's), the point of glibc-dns-testing.
+	hostname string
 }
 
 // built is one reference that build wrote.
@@ -119,6 +125,10 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build nginx: %w", err)
 	}
+	glibcDNSTesting, err := glibcDNSTestingImage(baseLayer, in.hostname)
+	if err != nil {
+		return nil, fmt.Errorf("build glibc-dns-testing: %w", err)
+	}
 
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
@@ -136,7 +146,7 @@ func build(ctx context.Context, dir string, in inputs) ([]built, error) {
 		img  v1.Image
 		refs []string
 	}{{busybox, busyboxRefs}, {agnhost, agnhostRefs}, {pause, pauseRefs},
-		{nonroot, nonrootRefs}, {nonewprivs, nonewprivsRefs}, {nginx, nginxRefs}} {
+		{nonroot, nonrootRefs}, {nonewprivs, nonewprivsRefs}, {nginx, nginxRefs}, {glibcDNSTesting, glibcDNSTestingRefs}} {
 		b, err := appendImage(p, set.img, set.refs)
 		if err != nil {
 			return nil, fmt.Errorf("build: %w", err)
@@ -437,4 +447,24 @@ func nginxImage(agnhost v1.Image) (v1.Image, error) {
 	cfg.Config.Cmd = nil
 	cfg.Config.Labels = map[string]string{"org.opencontainers.image.description": "stand-in for nginx: agnhost netexec on port 80"}
 	return mutate.ConfigFile(agnhost, cfg)
+}
+
+// glibcDNSTestingImage stands in for glibc-dns-testing, whose specs run
+// `hostname` and `hostname -f` in a shell: busybox, and Debian's
+// hostname with glibc (found first on the PATH), which resolves the
+// pod's FQDN from its /etc/hosts as nsswitch.conf says.
+func glibcDNSTestingImage(base layerSpec, hostname string) (v1.Image, error) {
+	fs := rootfs{}
+	if err := fs.dynamic("usr/bin/hostname", hostname); err != nil {
+		return nil, err
+	}
+	fs.file("etc/nsswitch.conf", 0o644, []byte("hosts: files dns\n"))
+	l, err := fs.layer()
+	if err != nil {
+		return nil, err
+	}
+	return newImage(imageSpec{
+		layers: []layerSpec{base, {l, "hostname and glibc from Debian"}},
+		config: v1.Config{Cmd: []string{"sh"}, User: "0", Env: []string{defaultPath}},
+	})
 }

@@ -43,7 +43,7 @@ func testInputs(t *testing.T) inputs {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
 	// A dynamic host binary stands in for curl and nc.
-	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, tools: map[string]string{"usr/bin/true": "/bin/true"},
+	return inputs{busybox: busybox, agnhost: pause, pause: pause, nnp: pause, hostname: "/bin/true", tools: map[string]string{"usr/bin/true": "/bin/true"},
 		files: map[string]string{"localhost.crt": "/etc/hostname"}}
 }
 
@@ -58,7 +58,7 @@ func TestBuildIsReproducible(t *testing.T) {
 	for _, b := range first {
 		refs = append(refs, b.ref)
 	}
-	want := slices.Concat(busyboxRefs, agnhostRefs, pauseRefs, nonrootRefs, nonewprivsRefs, nginxRefs)
+	want := slices.Concat(busyboxRefs, agnhostRefs, pauseRefs, nonrootRefs, nonewprivsRefs, nginxRefs, glibcDNSTestingRefs)
 	if !slices.Equal(refs, want) {
 		t.Errorf("built %v, want %v", refs, want)
 	}
@@ -104,6 +104,8 @@ func TestServePull(t *testing.T) {
 		{repo: "e2e-test-images/nonroot:1.5", cmd: []string{"sh"}, user: "1234", files: []string{"usr/bin/id"}},
 		{repo: "e2e-test-images/nonewprivs:1.4", cmd: []string{"nnp"}, user: "0", files: []string{"usr/local/bin/nnp"}},
 		{repo: "e2e-test-images/nginx:1.15-4", entrypoint: []string{"/agnhost", "netexec", "--http-port=80", "--udp-port=-1"}, user: "0"},
+		{repo: "e2e-test-images/glibc-dns-testing:2.0.0", cmd: []string{"sh"}, user: "0",
+			files: []string{"bin/sh", "usr/bin/hostname", "etc/nsswitch.conf", "lib64/ld-linux-x86-64.so.2"}},
 	} {
 		img, err := remote.Image(ref(t, addr, tc.repo))
 		if err != nil {

@@ -2,7 +2,7 @@
 // and serves them as an OCI distribution registry on loopback, since no
 // registry outside is reachable from where the tests run.
 //
-//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
+//	images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--hostname PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
 //	images serve [--dir DIR] [--writable] [--listen 127.0.0.1:PORT] [--auth USER:PASSWORD] [--ready-file FILE]
 //	images nodelet --dir DIR --nodelet PATH [--shim PATH] --ref REF [--revision COMMIT]
 //	images push --dir DIR [--ref REF] --to REGISTRY/REPOSITORY:TAG [--insecure]
@@ -43,7 +43,7 @@ func main() {
 }
 
 const usage = `usage:
-  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
+  images build --dir DIR [--busybox PATH] [--agnhost PATH] [--pause PATH] [--nnp PATH] [--hostname PATH] [--tool IMAGE-PATH=HOST-PATH]... [--file IMAGE-PATH=HOST-PATH]...
   images serve [--dir DIR] [--writable] [--listen ADDR] [--auth USER:PASSWORD] [--ready-file FILE]
   images nodelet --dir DIR --nodelet PATH [--shim PATH] --ref REF [--revision COMMIT]
   images push --dir DIR [--ref REF] --to REGISTRY/REPOSITORY:TAG [--insecure]`
@@ -77,6 +77,7 @@ func runBuild(ctx context.Context, args []string) error {
 	fs.StringVar(&in.agnhost, "agnhost", besideSelf("agnhost"), "static agnhost binary")
 	fs.StringVar(&in.pause, "pause", besideSelf("pause"), "static pause binary")
 	fs.StringVar(&in.nnp, "nnp", besideSelf("nnp"), "static nnp binary (k8s.io/kubernetes test/images/nonewprivs)")
+	fs.StringVar(&in.hostname, "hostname", "/bin/hostname", "a hostname(1) resolving through glibc, with its shared libraries, for glibc-dns-testing")
 	in.tools, in.files = map[string]string{}, map[string]string{}
 	fs.Func("file", "IMAGE-PATH=HOST-PATH: a host file added to agnhost (repeatable)", pathPair(in.files))
 	fs.Func("tool", "IMAGE-PATH=HOST-PATH: a host executable added to agnhost with its shared libraries (repeatable)", pathPair(in.tools))
