@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
@@ -54,6 +55,11 @@ type fakeRuntime struct {
 	failRemove atomic.Bool
 	// ensured counts the sandboxes set up (EnsureSandbox calls).
 	ensured atomic.Int32
+	// hooksTogether holds each "hook" exec until that many have begun (or
+	// for 2 seconds): hooks run at once get through together, hooks run
+	// one after the other each wait out the 2 seconds.
+	hooksTogether int32
+	hooksBegun    atomic.Int32
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -265,6 +271,10 @@ func (s *fakeSandbox) ExecSync(_ context.Context, container string, argv []strin
 		return nil, 1, nil
 	case "hook":
 		s.rt.record("hook " + container)
+		s.rt.hooksBegun.Add(1)
+		_ = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+			return s.rt.hooksBegun.Load() >= s.rt.hooksTogether, nil
+		})
 	}
 	return nil, 0, nil
 }

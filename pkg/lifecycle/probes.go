@@ -104,7 +104,7 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 		deadline := w.deps.clock.Now().Add(podrules.ProbeGracePeriod(w.spec(), p))
 		why := fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, kind)
 		if sb := w.currentSandbox(); sb != nil {
-			go w.stopContainer(ctx, sb, c, deadline, true, why)
+			go w.stopContainer(ctx, sb, c, deadline, true, why, nowTurn)
 		} else {
 			w.event(corev1.EventTypeNormal, "Killing", "%s", why)
 		}
