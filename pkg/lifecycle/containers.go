@@ -58,6 +58,9 @@ func (w *podWorker) execute(ctx context.Context, plan podActions) time.Duration 
 	if plan.stopSidecars != nil {
 		w.stop(ctx, plan.stopSidecars)
 	}
+	if plan.stop != nil {
+		w.stop(ctx, plan.stop)
+	}
 	return next
 }
 

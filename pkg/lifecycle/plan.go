@@ -225,6 +225,11 @@ func (a *podActions) initContainer(v *podView, cv *containerView, now time.Time)
 		return true
 	case restarts(v.pod, cv.spec, true, st.ExitCode):
 		a.restart(cv, now)
+	default:
+		// Failed for good: the pod fails, and what still runs (its
+		// sidecars) stops as the kubelet kills a pod, with preStop hooks
+		// and its grace period.
+		a.stop = stopEverything(v.pod, gracePeriod(v.pod), true)
 	}
 	return false
 }
