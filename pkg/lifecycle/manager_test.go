@@ -64,7 +64,8 @@ type fakeRuntime struct {
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
 	onExit    func(types.UID, string)
-	events    []string // "start <name>", "stop <name>"
+	events    []string                 // "start <name>", "stop <name>"
+	graces    map[string]time.Duration // the grace of each container's last stop
 }
 
 func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) {
@@ -239,7 +240,13 @@ func (s *fakeSandbox) end(name string, code int) bool {
 	return true
 }
 
-func (s *fakeSandbox) StopContainer(_ context.Context, name string, _ time.Duration) error {
+func (s *fakeSandbox) StopContainer(_ context.Context, name string, grace time.Duration) error {
+	s.rt.mu.Lock()
+	if s.rt.graces == nil {
+		s.rt.graces = map[string]time.Duration{}
+	}
+	s.rt.graces[name] = grace
+	s.rt.mu.Unlock()
 	s.mu.Lock()
 	if list := s.attempts[name]; len(list) > 0 && list[len(list)-1].Unknown {
 		list[len(list)-1].Unknown = false // stopped, it is exited

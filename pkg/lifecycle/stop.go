@@ -91,6 +91,7 @@ func (w *podWorker) stop(ctx context.Context, s *stopActions) {
 // set), its turn (turn closed, or the deadline), then the stop with what
 // is left of the time.
 func (w *podWorker) stopContainer(ctx context.Context, sb Sandbox, c *corev1.Container, deadline time.Time, hooks bool, why string, turn <-chan struct{}) {
+	graced := deadline.After(w.deps.clock.Now())
 	w.event(corev1.EventTypeNormal, "Killing", "%s", why)
 	if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
 		hctx, cancel := context.WithDeadline(ctx, deadline)
@@ -113,6 +114,12 @@ func (w *podWorker) stopContainer(ctx context.Context, sb Sandbox, c *corev1.Con
 	case <-w.deps.clock.After(max(deadline.Sub(w.deps.clock.Now()), 0)):
 	}
 	left := max(deadline.Sub(w.deps.clock.Now()), 0)
+	if graced {
+		// As the kubelet: a container stopped with a grace period gets at
+		// least minimumGracePeriod of it, whatever its hook and its turn
+		// took.
+		left = max(left, minimumGracePeriod)
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{})
@@ -234,3 +241,7 @@ var nowTurn = func() <-chan struct{} {
 	close(c)
 	return c
 }()
+
+// minimumGracePeriod is the least time a container stopped gracefully has
+// to exit, as the kubelet's minimumGracePeriodInSeconds.
+const minimumGracePeriod = 2 * time.Second

@@ -95,3 +95,36 @@ func TestPreStopHooksRunAtOnceAndStopsInTurn(t *testing.T) {
 		t.Errorf("the app stopped at %d, after a sidecar: %v", i, got)
 	}
 }
+
+// A container whose turn to stop comes after the pod's grace period ran out
+// (a sidecar after one whose preStop hook took it all) still gets the
+// kubelet's minimum of 2 seconds to exit, not a SIGKILL (the node e2e
+// suite's "should terminate sidecars ... exceeded its termination grace
+// period seconds by prestop hook").
+func TestLateTurnsGetTheMinimumGracePeriod(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	side1, side2 := sidecarSpec("side1"), sidecarSpec("side2")
+	side2.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 30}}}
+	pod := testPod("late", corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1),
+		InitContainers: []corev1.Container{side1, side2}, Containers: []corev1.Container{{Name: "app", Image: "i"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "running", func() (bool, string) {
+		return len(f.rt.recorded()) == 3, fmt.Sprint(f.rt.recorded())
+	})
+	if err := f.m.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod gone", func() (bool, string) {
+		pods, err := f.m.GetPods(context.Background())
+		return err == nil && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
+	})
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	for _, name := range []string{"side1", "side2"} {
+		if g := f.rt.graces[name]; g < minimumGracePeriod {
+			t.Errorf("%s stopped with %s of grace, want at least %s", name, g, minimumGracePeriod)
+		}
+	}
+}
