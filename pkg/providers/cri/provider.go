@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/deviceplugin"
 	"github.com/nodelet/nodelet/pkg/hostnode"
@@ -104,9 +105,10 @@ type Provider struct {
 	runtime *criRuntime
 	imageGC *imageGC
 
-	mu      sync.Mutex
-	version string // <runtime>://<version>
-	images  []corev1.ContainerImage
+	mu       sync.Mutex
+	version  string // <runtime>://<version>
+	images   []corev1.ContainerImage
+	handlers []corev1.NodeRuntimeHandler // the runtime's, from its status
 }
 
 // New returns a provider of the runtime at opts.Endpoint; parts.Runtime is
@@ -277,6 +279,7 @@ func (p *Provider) Ping(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("container runtime reports no %s condition", want))
 		}
 	}
+	p.setHandlers(runtimeHandlers(st.GetRuntimeHandlers()))
 	if p.runtimeVersion() == "" {
 		if v, err := rs.Version(ctx, ""); err == nil {
 			p.mu.Lock()
@@ -286,6 +289,38 @@ func (p *Provider) Ping(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setHandlers keeps the runtime's handlers for the node's status, which is
+// reported at once when they change.
+func (p *Provider) setHandlers(handlers []corev1.NodeRuntimeHandler) {
+	p.mu.Lock()
+	changed := !equality.Semantic.DeepEqual(p.handlers, handlers)
+	p.handlers = handlers
+	p.mu.Unlock()
+	if changed {
+		p.NodeStatusChanged()
+	}
+}
+
+// runtimeHandlers are the runtime's handlers and their features as the
+// node's status lists them, as the kubelet does: the default handler
+// (named "") first, then by name.
+func runtimeHandlers(list []*runtimeapi.RuntimeHandler) []corev1.NodeRuntimeHandler {
+	var out []corev1.NodeRuntimeHandler
+	for _, h := range list {
+		out = append(out, corev1.NodeRuntimeHandler{Name: h.GetName(), Features: &corev1.NodeRuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: ptr.To(h.GetFeatures().GetRecursiveReadOnlyMounts()),
+			UserNamespaces:          ptr.To(h.GetFeatures().GetUserNamespaces()),
+		}})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if (out[i].Name == "") != (out[j].Name == "") {
+			return out[i].Name == ""
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
 }
 
 func (p *Provider) runtimeVersion() string {
@@ -304,6 +339,7 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	s.NodeInfo.ContainerRuntimeVersion = p.runtimeVersion()
 	p.mu.Lock()
 	s.Images = append([]corev1.ContainerImage(nil), p.images...)
+	s.RuntimeHandlers = append([]corev1.NodeRuntimeHandler(nil), p.handlers...)
 	p.mu.Unlock()
 	s.VolumesInUse = nil
 	if inUse := p.VolumesInUse(); len(inUse) > 0 {
