@@ -183,6 +183,7 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
 		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: opts.Admit,
+		AppArmor: hostnode.AppArmorEnabled(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cri provider: %w", err)
