@@ -94,6 +94,9 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 	case "readiness":
 		cs.ready = r == probe.Success && cs.started
 	}
+	if kill {
+		cs.killedAttempt = attempt + 1
+	}
 	w.mu.Unlock()
 	if r == probe.Failure {
 		w.event(corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", probeTitle(kind), strings.TrimSpace(msg))
