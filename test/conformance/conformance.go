@@ -43,7 +43,6 @@ var Skips = []Skip{
 	{`\[Flaky\]`, "marked flaky upstream; no [Conformance] spec is, and no conformance profile runs them"},
 	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36; no [Conformance] spec does"},
 	{`\[sig-node\] ImageVolume `, "image volumes (spec.volumes[].image), which nodelet does not implement yet; the test also needs the kitten image, which make images does not build yet"},
-	{`\[FeatureGate:HostnameOverride\]`, "its specs need the glibc-dns-testing image, which make images does not build yet (nodelet honours spec.hostnameOverride)"},
 }
 
 // The markers around the table of skips in docs/conformance.md.
