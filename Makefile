@@ -199,6 +199,12 @@ E2E_GOFLAGS := GOFLAGS=-mod=mod
 bin/e2e.test: hack/e2e/go.mod hack/e2e/go.sum
 	cd hack/e2e && $(E2E_GOFLAGS) $(GO) test -c -o ../../bin/e2e.test -ldflags "$(CONTROLPLANE_LDFLAGS)" k8s.io/kubernetes/test/e2e
 
+# bin/e2e_node.test: Kubernetes' node e2e suite (test/e2e_node), whose
+# --conformance mode tests a node agent that is already running (make
+# node-conformance).
+bin/e2e_node.test: hack/e2e/go.mod hack/e2e/go.sum
+	cd hack/e2e && $(E2E_GOFLAGS) $(GO) test -c -o ../../bin/e2e_node.test -ldflags "$(CONTROLPLANE_LDFLAGS)" k8s.io/kubernetes/test/e2e_node
+
 bin/ginkgo: hack/e2e/go.mod hack/e2e/go.sum
 	cd hack/e2e && $(E2E_GOFLAGS) $(GO) build -o ../../bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 
@@ -222,6 +228,16 @@ CONFORMANCE_FLAGS ?=
 conformance: build bin/e2e.test bin/ginkgo bin/kube-proxy bin/coredns bin/conformance \
 		bin/containerd bin/containerd-shim-runc-v2 cri-deps images
 	bin/conformance --out $(LOCAL)/conformance --images $(IMAGES_DIR) $(CONFORMANCE_FLAGS)
+
+# node-conformance: Kubernetes' node conformance test (e2e_node.test
+# --conformance, every [NodeConformance] spec but the skipped ones of
+# NodeSkips in test/conformance) against a cri node on the same kind of
+# fresh local cluster (needs root). Reports and summary.md in
+# .local/node-conformance; CONFORMANCE_FLAGS as above.
+.PHONY: node-conformance
+node-conformance: build bin/e2e_node.test bin/ginkgo bin/kube-proxy bin/coredns bin/conformance \
+		bin/containerd bin/containerd-shim-runc-v2 cri-deps images
+	bin/conformance --suite node --out $(LOCAL)/node-conformance --images $(IMAGES_DIR) $(CONFORMANCE_FLAGS)
 
 # The smoke set of the conformance tests runs in make test (test/e2e), and
 # a cluster with CoreDNS and kube-proxy, as make run's.

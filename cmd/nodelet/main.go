@@ -175,6 +175,7 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.Int32Var(&cfg.Port, "port", cfg.Port, "kubelet API port published in the node's daemonEndpoints")
 	fs.Int32Var(&cfg.HealthzPort, "healthz-port", cfg.HealthzPort, "port of the unauthenticated /healthz for liveness and readiness probes; 0 turns it off")
 	fs.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "IP address that /healthz listens on (0.0.0.0 for every interface)")
+	fs.Int32Var(&cfg.ReadOnlyPort, "read-only-port", cfg.ReadOnlyPort, "port of the kubelet API's read-only endpoints (/pods, /stats/summary, /metrics…) over plain HTTP without authentication, as the kubelet's; 0 turns it off")
 	fs.Float32Var(&cfg.KubeAPIQPS, "kube-api-qps", cfg.KubeAPIQPS, "queries per second to the API server")
 	fs.Int32Var(&cfg.KubeAPIBurst, "kube-api-burst", cfg.KubeAPIBurst, "burst of queries to the API server")
 	fs.StringVar(&cfg.ContentType, "kube-api-content-type", cfg.ContentType, "content type of requests to the API server: application/vnd.kubernetes.protobuf or application/json")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +31,9 @@ type cluster struct {
 	dir        string
 	bin        string
 	provider   string
+	suite      string
 	kubeconfig string
+	host       string // the API server's URL
 	client     kubernetes.Interface
 	hostIP     string
 	rootDir    string
@@ -51,9 +54,10 @@ func (c *cluster) stop() error {
 }
 
 // startCluster brings up the control plane, the runtime (cri), the node,
-// CoreDNS and kube-proxy. On error what was started is stopped.
+// and for the e2e suite CoreDNS and kube-proxy. On error what was started
+// is stopped.
 func startCluster(ctx context.Context, o options, provider, dir string) (c *cluster, err error) {
-	c = &cluster{dir: dir, bin: o.bin, provider: provider, rootDir: filepath.Join(dir, "nodelet")}
+	c = &cluster{dir: dir, bin: o.bin, provider: provider, suite: o.suite, rootDir: filepath.Join(dir, "nodelet")}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.stop())
@@ -66,16 +70,30 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 	if c.hostIP, err = clusteraddons.APIServerAddress(ctx, c.client); err != nil {
 		return c, err
 	}
-	var runtimeArgs []string
+	var nodeArgs []string
+	if o.suite == suiteNode {
+		if nodeArgs, err = c.prepareNodeSuite(); err != nil {
+			return c, err
+		}
+	}
 	if provider == "cri" {
 		if err := c.startRuntime(ctx, o.images); err != nil {
 			return c, err
 		}
-		runtimeArgs = []string{"--container-runtime-endpoint", c.runtime.Endpoint(),
-			"--pod-logs-dir", filepath.Join(dir, "logs", "pods")}
+		nodeArgs = append(nodeArgs, "--container-runtime-endpoint", c.runtime.Endpoint())
+		if o.suite != suiteNode {
+			nodeArgs = append(nodeArgs, "--pod-logs-dir", filepath.Join(dir, "logs", "pods"))
+		}
 	}
-	if err := c.startNode(ctx, runtimeArgs); err != nil {
+	nodeArgs = append(nodeArgs, "--port", strconv.Itoa(o.kubeletPort))
+	if err := c.startNode(ctx, nodeArgs); err != nil {
 		return c, err
+	}
+	// The node suite needs no cluster DNS or Service proxy, as upstream's
+	// node e2e runs without them: its pods resolve with the node's
+	// resolver (dnsPolicy Default) and it tests no Service.
+	if o.suite == suiteNode {
+		return c, nil
 	}
 	if err := c.startAddons(ctx); err != nil {
 		return c, err
@@ -96,6 +114,7 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.host = cfg.Host
 	c.client, err = kubernetes.NewForConfig(cfg)
 	return err
 }

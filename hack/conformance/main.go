@@ -1,11 +1,13 @@
-// Command conformance runs Kubernetes' own node conformance tests (e2e.test
-// of k8s.io/kubernetes v1.36.3, package test/conformance selects them)
-// against one nodelet node per provider, each on a fresh local cluster:
-// bin/controlplane up, the registry of make images and a private containerd
-// (cri), CoreDNS and kube-proxy as host processes, then the suite through
-// ginkgo in parallel. It writes a JUnit report and a summary per provider
-// under --out, checks that the suite left nothing behind, and prints
-// passed/failed/skipped per provider.
+// Command conformance runs Kubernetes' own conformance tests against one
+// nodelet node per provider, each on a fresh local cluster: bin/controlplane
+// up, the registry of make images and a private containerd (cri), CoreDNS
+// and kube-proxy as host processes, then the suite through ginkgo in
+// parallel. The suite is e2e.test of k8s.io/kubernetes v1.36.3 (--suite
+// e2e, make conformance) or its node conformance test, e2e_node.test in
+// --conformance mode (--suite node, make node-conformance); package
+// test/conformance selects their specs. It writes a JUnit report and a
+// summary per provider under --out, checks that the suite left nothing
+// behind, and prints passed/failed/skipped per provider.
 package main
 
 import (
@@ -28,7 +30,14 @@ func main() {
 	}
 }
 
+// The suites --suite runs.
+const (
+	suiteE2E  = "e2e"
+	suiteNode = "node"
+)
+
 type options struct {
+	suite     string
 	providers []string
 	out       string
 	bin       string
@@ -37,11 +46,14 @@ type options struct {
 	procsProc int
 	focus     string
 	skip      string
-	timeout   time.Duration
+	// kubeletPort is the node's kubelet API port.
+	kubeletPort int
+	timeout     time.Duration
 }
 
 func run() error {
 	var o options
+	flag.StringVar(&o.suite, "suite", suiteE2E, "the suite: e2e (e2e.test: every [Conformance] spec and every [NodeConformance] one) or node (the node conformance test: e2e_node.test --conformance, every [NodeConformance] spec of the node suite)")
 	providers := flag.String("providers", "cri", "comma-separated providers (cri, process) to run the suite against, each on its own fresh cluster; the certification run is cri's: the process provider runs no images")
 	flag.StringVar(&o.out, "out", ".local/conformance", "directory for reports, logs and the clusters' state")
 	flag.StringVar(&o.bin, "bin", "bin", "directory of controlplane, nodelet, e2e.test, ginkgo, kube-proxy, coredns, images, containerd")
@@ -51,6 +63,7 @@ func run() error {
 	flag.StringVar(&o.focus, "focus", "", "extra --ginkgo.focus regexp, ANDed with the conformance selection (empty: all of it)")
 	flag.StringVar(&o.skip, "skip", "", "extra --ginkgo.skip regexp, ORed with the listed skips")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo's timeout for one provider's run")
+	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the node's kubelet API port (the kubelet's 10250; another lets a run share the host with a node that has it, as the node suite's selection never reaches the port but through the API server)")
 	summarize := flag.Bool("summarize", false, "only write the summary from the reports under --out, and print it")
 	flag.Parse()
 	if *summarize {
@@ -60,6 +73,9 @@ func run() error {
 		data, err := os.ReadFile(filepath.Join(o.out, "summary.md"))
 		fmt.Print(string(data))
 		return err
+	}
+	if o.suite != suiteE2E && o.suite != suiteNode {
+		return fmt.Errorf("--suite: unknown suite %q (want %s or %s)", o.suite, suiteE2E, suiteNode)
 	}
 	o.providers = strings.Split(*providers, ",")
 	for _, p := range o.providers {
@@ -77,9 +93,13 @@ func run() error {
 	if o.images, err = filepath.Abs(o.images); err != nil {
 		return err
 	}
-	for _, b := range []string{"controlplane", "nodelet", "e2e.test", "ginkgo", "kube-proxy", "coredns"} {
+	suiteBin, target := "e2e.test", "conformance"
+	if o.suite == suiteNode {
+		suiteBin, target = "e2e_node.test", "node-conformance"
+	}
+	for _, b := range []string{"controlplane", "nodelet", suiteBin, "ginkgo", "kube-proxy", "coredns"} {
 		if _, err := os.Stat(filepath.Join(o.bin, b)); err != nil {
-			return fmt.Errorf("%s missing: run make conformance, which builds it", filepath.Join(o.bin, b))
+			return fmt.Errorf("%s missing: run make %s, which builds it", filepath.Join(o.bin, b), target)
 		}
 	}
 	if os.Geteuid() != 0 {

@@ -20,13 +20,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
-	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
 )
 
 // report is one provider's run, kept as report.json beside its JUnit
 // report so that the summary covers every provider's last run.
 type report struct {
+	// Suite is the suite that ran: e2e, or node (e2e_node.test).
+	Suite    string
 	Provider string
 	Machine  string
 	// Commit is nodelet's commit the run was built from, "+dirty" when
@@ -62,7 +63,7 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 	if err != nil {
 		return nil, err
 	}
-	r := &report{Provider: provider, Machine: machine(), Commit: commit(ctx), Date: time.Now().UTC()}
+	r := &report{Suite: o.suite, Provider: provider, Machine: machine(), Commit: commit(ctx), Date: time.Now().UTC()}
 	junit := filepath.Join(dir, "junit_01.xml")
 	var wall time.Duration
 	runErr := func() error {
@@ -73,21 +74,15 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
 			return err
 		}
-		e2eOpts := conformance.Options{
-			Kubeconfig:     c.kubeconfig,
-			ReportDir:      dir,
-			KubectlPath:    kubectl,
-			KubeletRootDir: c.rootDir,
-			DNSDomain:      clusteraddons.DNSDomain,
+		s, err := c.suiteFor(ctx, o, kubectl)
+		if err != nil {
+			return err
 		}
-		if c.runtime != nil {
-			e2eOpts.RuntimeEndpoint = c.runtime.Endpoint()
-		}
-		skip := conformance.SkipRegexp()
+		skip := s.skip
 		if o.skip != "" {
 			skip += "|" + o.skip
 		}
-		focus := conformance.Focus
+		focus := s.focus
 		if o.focus != "" {
 			focus = "(?:" + focus + ").*(?:" + o.focus + ")|(?:" + o.focus + ").*(?:" + focus + ")"
 		}
@@ -96,9 +91,8 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 			procs = o.procsProc
 		}
 		args := []string{"--procs", fmt.Sprint(procs), "--timeout", o.timeout.String(), "--no-color",
-			"--focus", focus, "--skip", skip,
-			filepath.Join(o.bin, "e2e.test"), "--"}
-		args = append(args, conformance.E2EArgs(e2eOpts)...)
+			"--focus", focus, "--skip", skip, s.binary, "--"}
+		args = append(args, s.args...)
 		log, err := os.Create(filepath.Join(dir, "e2e.log"))
 		if err != nil {
 			return err
@@ -126,7 +120,8 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		r.Summary, runErr = conformance.ReadJUnit(junit)
 		r.Summary.Duration = wall
 	}
-	r.Leaks = c.leftBehind(ctx)
+	// Interrupted, the run still looks for what it left behind.
+	r.Leaks = c.leftBehind(context.WithoutCancel(ctx))
 	if err := c.stop(); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
@@ -187,6 +182,9 @@ func (c *cluster) listLeft(ctx context.Context) []string {
 	}
 	for _, m := range mounts {
 		left = append(left, "mount "+m)
+	}
+	if c.suite == suiteNode {
+		left = append(left, c.nodeSuiteLeft()...)
 	}
 	return left
 }

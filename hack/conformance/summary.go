@@ -105,15 +105,28 @@ func (t tally) String() string {
 
 var (
 	selected      = regexp.MustCompile(conformance.Focus)
+	nodeSelected  = regexp.MustCompile(conformance.NodeFocus)
 	certification = regexp.MustCompile(`\[Conformance\]`)
 )
+
+// selection matches the specs of the report's selection.
+func (r report) selection() *regexp.Regexp {
+	if r.Suite == suiteNode {
+		return nodeSelected
+	}
+	return selected
+}
 
 // summary is the Markdown of summary.md for reports.
 func summary(reports []report) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "# Conformance")
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "Passed / failed / skipped of the specs in each set: the certification set is every `[Conformance]` spec, the selection adds every `[NodeConformance]` spec.")
+	if len(reports) > 0 && reports[0].Suite == suiteNode {
+		fmt.Fprintln(&b, "The node conformance test (`e2e_node.test --conformance`). Passed / failed / skipped of the specs in each set: the certification set is every `[Conformance]` spec of the node suite, the selection every `[NodeConformance]` spec (the skipped ones among them).")
+	} else {
+		fmt.Fprintln(&b, "Passed / failed / skipped of the specs in each set: the certification set is every `[Conformance]` spec, the selection adds every `[NodeConformance]` spec.")
+	}
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| provider | certification set | selection | duration | pod start p50 | pod start p99 | date | commit | machine |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
@@ -123,7 +136,7 @@ func summary(reports []report) string {
 			if certification.MatchString(res.Name) {
 				cert.add(res.Status)
 			}
-			if selected.MatchString(res.Name) {
+			if r.selection().MatchString(res.Name) {
 				sel.add(res.Status)
 			}
 		}
@@ -155,7 +168,7 @@ func writeGroups(b *strings.Builder, reports []report) {
 	groups := map[string]map[string]*tally{}
 	for _, r := range reports {
 		for _, res := range r.Summary.Results {
-			if !selected.MatchString(res.Name) {
+			if !r.selection().MatchString(res.Name) {
 				continue
 			}
 			g := conformance.Group(res.Name)

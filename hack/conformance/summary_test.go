@@ -39,6 +39,26 @@ func TestSummary(t *testing.T) {
 	}
 }
 
+// TestSummaryOfTheNodeSuite checks that a node suite's selection is its
+// [NodeConformance] specs, the skipped ones counted.
+func TestSummaryOfTheNodeSuite(t *testing.T) {
+	r := report{Suite: suiteNode, Provider: "cri", Summary: conformance.Summary{Results: []conformance.Result{
+		{Name: "[It] [sig-node] Summary API [NodeConformance] should report resource usage", Status: "passed"},
+		{Name: "[It] [sig-node] Kubelet Endpoints [NodeConformance] [Serial] should return /configz", Status: "skipped"},
+		{Name: "[It] [sig-node] Pods should get a host IP [NodeConformance] [Conformance]", Status: "failed"},
+		{Name: "[It] [sig-node] Swap should use swap", Status: "skipped"},
+	}}}
+	got := summary([]report{r})
+	for _, want := range []string{
+		"e2e_node.test --conformance",
+		"| cri | 0 / 1 / 0 of 1 | 1 / 1 / 1 of 3 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+}
+
 // TestListLeftCountsWhatItCannotList checks that the leak check never
 // passes when it could not look: what it could not list is left behind.
 func TestListLeftCountsWhatItCannotList(t *testing.T) {

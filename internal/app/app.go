@@ -146,6 +146,8 @@ func serverOptions(cfg *config.Config) agent.ServerOptions {
 		ClientCAFile:          cfg.Authentication.X509.ClientCAFile,
 		WebhookAuthentication: ptr.To(ptr.Deref(cfg.Authentication.Webhook.Enabled, true)),
 		Profiling:             ptr.Deref(cfg.EnableProfilingHandler, true),
+		Configz:               cfg.KubeletConfiguration(),
+		ReadOnlyPort:          cfg.ReadOnlyPort,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/csi"
+	"github.com/nodelet/nodelet/pkg/deviceplugin"
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
@@ -90,7 +91,10 @@ type hostPodProvider interface {
 // newHostProvider makes the cri or process provider of the host node.
 func newHostProvider(cfg *config.Config, host hostnode.Options, parts lifecycle.Parts, cluster informers.SharedInformerFactory) (hostPodProvider, error) {
 	if cfg.Provider == config.ProviderCRI {
+		// The kubelet's device plugin directory: <root>/device-plugins.
+		devices := deviceplugin.New(filepath.Join(cfg.RootDir, "device-plugins"), deviceplugin.Options{})
 		return cri.New(parts, cri.Options{
+			Devices:  devices,
 			Options:  host,
 			Endpoint: cfg.ContainerRuntimeEndpoint, RequestTimeout: cfg.RuntimeRequestTimeout.Duration,
 			ClusterDNS: cfg.ClusterDNS, ClusterDomain: cfg.ClusterDomain, ResolvConf: cfg.ResolvConf,

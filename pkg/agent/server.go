@@ -9,11 +9,13 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/server"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // kubeletServer builds the kubelet API server of the agent's nodes when
-// WithServer asks (nil otherwise), with the metrics registries and the
-// nodes' stats.
+// WithServer asks (nil otherwise), with the metrics registries, the
+// nodes' stats and, for a node whose containers run in this host's
+// cgroups, their cAdvisor metrics.
 func (a *Agent) kubeletServer(p *parts, pods map[string]provider.PodLifecycleHandler) (*server.Server, error) {
 	if a.s.server == nil {
 		return nil, nil
@@ -29,6 +31,9 @@ func (a *Agent) kubeletServer(p *parts, pods map[string]provider.PodLifecycleHan
 	if len(pods) == 1 {
 		for _, p := range pods {
 			backend = p // its optional parts (logs, exec, …) are found on it directly
+			if cg, ok := p.(provider.ContainerCgroupsProvider); ok {
+				opts.CadvisorMetrics = stats.CadvisorHandler(cg.ContainerCgroups, stats.CadvisorOptions{})
+			}
 		}
 	}
 	srv, err := server.New(p.client, backend, opts)

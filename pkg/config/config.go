@@ -120,6 +120,13 @@ type Config struct {
 	// agents that share a host).
 	HealthzPort        int32  `json:"healthzPort,omitempty"`
 	HealthzBindAddress string `json:"healthzBindAddress,omitempty"`
+	// ReadOnlyPort serves the kubelet API's read-only endpoints (/healthz,
+	// /pods, /stats/summary, /metrics, /metrics/resource, /metrics/probes,
+	// /metrics/cadvisor) over plain HTTP without authentication on every
+	// interface, as the kubelet's readOnlyPort (10255 by custom). Default
+	// 0: off. Anyone who reaches the port reads the node's pods, their
+	// specs included: turn it on only where that is acceptable.
+	ReadOnlyPort int32 `json:"readOnlyPort,omitempty"`
 
 	// EnableServer runs the kubelet API server (logs, exec, attach,
 	// port-forward) on Port. Default true with the process and cri
@@ -773,6 +780,11 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	for _, msg := range utilvalidation.IsValidIP(field.NewPath("healthzBindAddress"), c.HealthzBindAddress) {
 		errs = append(errs, msg)
+	}
+	if c.ReadOnlyPort < 0 || c.ReadOnlyPort > 65535 {
+		errs = append(errs, field.Invalid(field.NewPath("readOnlyPort"), c.ReadOnlyPort, "must be between 0 (off) and 65535"))
+	} else if c.ReadOnlyPort != 0 && c.ReadOnlyPort == c.Port {
+		errs = append(errs, field.Invalid(field.NewPath("readOnlyPort"), c.ReadOnlyPort, "must differ from port"))
 	}
 	errs = append(errs, eviction.ValidateThresholds(c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim)...)
 	if c.EvictionPressureTransitionPeriod.Duration < 0 {

@@ -58,6 +58,9 @@ func (w *podWorker) execute(ctx context.Context, plan podActions) time.Duration 
 	if plan.stopSidecars != nil {
 		w.stop(ctx, plan.stopSidecars)
 	}
+	if plan.stop != nil {
+		w.stop(ctx, plan.stop)
+	}
 	return next
 }
 
@@ -243,7 +246,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 // containerSpec resolves one attempt of a container: its environment, its
 // mounts from the pod's volumes (at paths), its command and args expanded.
 func (w *podWorker) containerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Container, attempt int, paths map[string]string) (ContainerSpec, error) {
-	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable()}
+	node := env.NodeInfo{NodeName: w.deps.nodeName, HostIP: w.deps.address, PodIPs: w.podIPs(), Allocatable: w.deps.allocatable(), Volumes: paths}
 	vars, err := env.Environment(ctx, w.deps.env, pod, c, node)
 	if err != nil {
 		return ContainerSpec{}, err

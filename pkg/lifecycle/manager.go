@@ -72,6 +72,10 @@ type Options struct {
 	// Allocatable is the node's allocatable resources, which pods are
 	// admitted against and which the downward API reports as limits.
 	Allocatable func() corev1.ResourceList
+	// AppArmor tells that the runtime enforces the AppArmor profiles pods
+	// ask for (the host has AppArmor enabled); without, such pods are
+	// refused, as the kubelet refuses them.
+	AppArmor bool
 	// AllowedUnsafeSysctls are the sysctls beyond the safe set that pods
 	// may set (names, or prefixes ending in "*").
 	AllowedUnsafeSysctls []string
@@ -374,6 +378,9 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	if r := podrules.AdmitSysctls(pod, m.opts.AllowedUnsafeSysctls); r != nil {
+		return provider.Reject(r.Reason, "%s", r.Message)
+	}
+	if r := podrules.AdmitAppArmor(pod, m.opts.AppArmor); r != nil {
 		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	if m.opts.Admit != nil {

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
@@ -54,11 +55,17 @@ type fakeRuntime struct {
 	failRemove atomic.Bool
 	// ensured counts the sandboxes set up (EnsureSandbox calls).
 	ensured atomic.Int32
+	// hooksTogether holds each "hook" exec until that many have begun (or
+	// for 2 seconds): hooks run at once get through together, hooks run
+	// one after the other each wait out the 2 seconds.
+	hooksTogether int32
+	hooksBegun    atomic.Int32
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
 	onExit    func(types.UID, string)
-	events    []string // "start <name>", "stop <name>"
+	events    []string                 // "start <name>", "stop <name>"
+	graces    map[string]time.Duration // the grace of each container's last stop
 }
 
 func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) {
@@ -233,7 +240,13 @@ func (s *fakeSandbox) end(name string, code int) bool {
 	return true
 }
 
-func (s *fakeSandbox) StopContainer(_ context.Context, name string, _ time.Duration) error {
+func (s *fakeSandbox) StopContainer(_ context.Context, name string, grace time.Duration) error {
+	s.rt.mu.Lock()
+	if s.rt.graces == nil {
+		s.rt.graces = map[string]time.Duration{}
+	}
+	s.rt.graces[name] = grace
+	s.rt.mu.Unlock()
 	s.mu.Lock()
 	if list := s.attempts[name]; len(list) > 0 && list[len(list)-1].Unknown {
 		list[len(list)-1].Unknown = false // stopped, it is exited
@@ -257,7 +270,19 @@ func (s *fakeSandbox) UpdateResources(_ context.Context, _ *corev1.Pod, c *corev
 	return nil
 }
 
-func (s *fakeSandbox) ExecSync(context.Context, string, []string) ([]byte, int, error) {
+// ExecSync runs nothing: "fail" exits 1, and "hook" (a hook's command)
+// is recorded.
+func (s *fakeSandbox) ExecSync(_ context.Context, container string, argv []string) ([]byte, int, error) {
+	switch argv[0] {
+	case "fail":
+		return nil, 1, nil
+	case "hook":
+		s.rt.record("hook " + container)
+		s.rt.hooksBegun.Add(1)
+		_ = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+			return s.rt.hooksBegun.Load() >= s.rt.hooksTogether, nil
+		})
+	}
 	return nil, 0, nil
 }
 
@@ -921,6 +946,30 @@ func TestTerminatingPodIsNotReady(t *testing.T) {
 		cs := s.ContainerStatuses[0]
 		return !cs.Ready && cs.State.Running != nil, fmt.Sprintf("%+v", cs)
 	})
+}
+
+// A container that fails its liveness probe is killed as the kubelet
+// kills it: its preStop hook runs first (the node e2e suite's "should call
+// the container's preStop hook and terminate it if its liveness probe
+// fails"), and it restarts.
+func TestLivenessFailureRunsThePreStopHook(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("sick", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{
+		Name: "app", Image: "i",
+		LivenessProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 1,
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"fail"}}}},
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"hook"}}}},
+	}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "killed and started again", func() (bool, string) {
+		got := f.rt.recorded()
+		return len(got) >= 4, fmt.Sprint(got)
+	})
+	if got := f.rt.recorded()[:4]; !slices.Equal(got, []string{"start app", "hook app", "stop app", "start app"}) {
+		t.Errorf("runtime saw %v, want the preStop hook before the stop", got)
+	}
 }
 
 // An evicted pod's containers are stopped and the pod fails with the

@@ -223,8 +223,13 @@ func (a *podActions) initContainer(v *podView, cv *containerView, now time.Time)
 	case st.ExitCode == 0:
 		a.add(actSyncProbes, cv)
 		return true
-	case restarts(v.pod, cv.spec, true, st.ExitCode):
+	case cv.restarts(v.pod, true):
 		a.restart(cv, now)
+	default:
+		// Failed for good: the pod fails, and what still runs (its
+		// sidecars) stops as the kubelet kills a pod, with preStop hooks
+		// and its grace period.
+		a.stop = stopEverything(v.pod, gracePeriod(v.pod), true)
 	}
 	return false
 }
@@ -239,6 +244,12 @@ func (a *podActions) sidecar(v *podView, i int, now time.Time) bool {
 	case st == nil:
 		a.start(cv, 0, false)
 		return false
+	case st.State == StateRunning && newImage(cv):
+		// Restarted at once with the image its spec names, as an app
+		// container; what already followed it goes on.
+		a.add(actSyncProbes, cv)
+		a.add(actRestartForImage, cv)
+		return startedAfter(v, i)
 	case st.State == StateRunning:
 		a.add(actSyncProbes, cv)
 		resizing := a.resize(cv)
@@ -279,7 +290,7 @@ func (a *podActions) appContainer(v *podView, cv *containerView, now time.Time) 
 		a.resize(cv)
 	case cv.lost:
 		a.add(actRestartLost, cv)
-	case restarts(v.pod, cv.spec, false, st.ExitCode):
+	case cv.restarts(v.pod, false):
 		a.restart(cv, now)
 	}
 }
@@ -347,6 +358,17 @@ func sooner(a, b time.Duration) time.Duration {
 // restarts tells whether a container that exited with code runs again
 // under the pod's restart policy. An init container that succeeded never
 // runs again; a sidecar always does (until the app containers are done).
+// restarts tells whether the container's latest attempt, exited, runs
+// again: by restarts, and also, as the kubelet restarts it, after a kill
+// for a failed probe whatever its exit code, unless the pod's policy is
+// Never.
+func (cv *containerView) restarts(pod *corev1.Pod, init bool) bool {
+	if cv.probeKilled && pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		return true
+	}
+	return restarts(pod, cv.spec, init, cv.latest.ExitCode)
+}
+
 func restarts(pod *corev1.Pod, c *corev1.Container, init bool, code int) bool {
 	if init && podrules.IsSidecar(c) {
 		return true
@@ -412,7 +434,7 @@ func appsDone(pod *corev1.Pod, regular []containerView) bool {
 	for i := range regular {
 		cv := &regular[i]
 		st := cv.latest
-		if st == nil || st.State == StateRunning || cv.lost || restarts(pod, cv.spec, false, st.ExitCode) {
+		if st == nil || st.State == StateRunning || cv.lost || cv.restarts(pod, false) {
 			return false
 		}
 	}

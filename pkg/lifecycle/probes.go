@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -93,19 +94,22 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 	case "readiness":
 		cs.ready = r == probe.Success && cs.started
 	}
+	if kill {
+		cs.killedAttempt = attempt + 1
+	}
 	w.mu.Unlock()
 	if r == probe.Failure {
 		w.event(corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", probeTitle(kind), strings.TrimSpace(msg))
 	}
 	if kill {
-		grace := podrules.ProbeGracePeriod(w.spec(), p)
-		w.event(corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.Name, kind)
+		// As the kubelet kills it: its preStop hook first, all within the
+		// probe's grace period.
+		deadline := w.deps.clock.Now().Add(podrules.ProbeGracePeriod(w.spec(), p))
+		why := fmt.Sprintf("Container %s failed %s probe, will be restarted", c.Name, kind)
 		if sb := w.currentSandbox(); sb != nil {
-			go func() {
-				if err := sb.StopContainer(ctx, c.Name, grace); err != nil {
-					w.logger(ctx).Error(err, "Stopping unhealthy container failed", "container", c.Name)
-				}
-			}()
+			go w.stopContainer(ctx, sb, c, deadline, true, why, nowTurn)
+		} else {
+			w.event(corev1.EventTypeNormal, "Killing", "%s", why)
 		}
 	}
 	w.kick()

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/csimount"
+	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
 )
 
 // setUp carries out what plan says of the pod's volumes and sandbox: a
@@ -69,6 +71,28 @@ func (w *podWorker) setUpDone(paths map[string]string, sb Sandbox) {
 	}
 }
 
+// mountFailure is the message of a FailedMount event, as the kubelet
+// words it for each volume: `MountVolume.SetUp failed for volume "cm" :
+// configmap … not found`.
+func mountFailure(err error) string {
+	var all []error
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		all = joined.Unwrap()
+	} else {
+		all = []error{err}
+	}
+	msgs := make([]string, 0, len(all))
+	for _, e := range all {
+		var v *hostvolume.SetUpError
+		if errors.As(e, &v) {
+			msgs = append(msgs, fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Volume, v.Err))
+		} else {
+			msgs = append(msgs, fmt.Sprintf("MountVolume.SetUp failed: %v", e))
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
 // setUpVolumes prepares the pod's volumes: its CSI volumes through the CSI
 // mounter (when there is one), the others through the volume manager.
 func (w *podWorker) setUpVolumes(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
@@ -79,7 +103,7 @@ func (w *podWorker) setUpVolumes(ctx context.Context, pod *corev1.Pod) (map[stri
 	}
 	paths, err := w.deps.volumes.SetUp(ctx, local)
 	if err != nil {
-		w.warnAll("FailedMount", fmt.Sprintf("MountVolume.SetUp failed: %v", err))
+		w.warnAll("FailedMount", mountFailure(err))
 		return nil, err
 	}
 	if mounter == nil || len(local.Spec.Volumes) == len(pod.Spec.Volumes) {

@@ -40,6 +40,9 @@ type containerView struct {
 	// For the decision only:
 	// lost: the latest attempt exited as one the runtime lost track of.
 	lost bool
+	// probeKilled: the latest attempt exited killed for a failed liveness
+	// or startup probe.
+	probeKilled bool
 	// image is the image the agent last started the container with (""
 	// for an attempt it did not start); backOffFrom is the first attempt
 	// of that image, from which its back-off counts.

@@ -45,9 +45,10 @@ func (w *podWorker) evict(ctx context.Context, e *Eviction, stop *stopActions) {
 	}
 }
 
-// stop carries out s: it runs the preStop hooks of the running containers
-// of its groups (when s.hooks is set) and stops them, group after group,
-// all within s.grace.
+// stop carries out s as the kubelet stops a pod's containers: every
+// running container of its groups at once runs its preStop hook (when
+// s.hooks is set), then waits for its turn, when every container of the
+// groups before it has stopped, and stops; all within s.grace.
 func (w *podWorker) stop(ctx context.Context, s *stopActions) {
 	w.mu.Lock()
 	sb := w.sandbox
@@ -56,53 +57,83 @@ func (w *podWorker) stop(ctx context.Context, s *stopActions) {
 		return
 	}
 	deadline := w.deps.clock.Now().Add(s.grace)
+	var all sync.WaitGroup
+	turn := make(chan struct{})
+	close(turn) // the first group's turn is now
 	for _, group := range s.groups {
-		w.stopContainers(ctx, sb, group, deadline, s.hooks)
+		var stopping sync.WaitGroup
+		mine := turn
+		for _, c := range group {
+			if st, ok := sb.Container(c.Name); !ok || st.State != StateRunning {
+				continue
+			}
+			stopping.Add(1)
+			all.Go(func() {
+				defer stopping.Done()
+				w.stopContainer(ctx, sb, c, deadline, s.hooks, "Stopping container "+c.Name, mine)
+			})
+		}
+		// The next group's turn: this group and every one before it have
+		// stopped.
+		next := make(chan struct{})
+		go func() {
+			stopping.Wait()
+			<-mine
+			close(next)
+		}()
+		turn = next
 	}
+	all.Wait()
 }
 
-// stopContainers runs the preStop hooks of those of cs that run (when
-// hooks is set) and stops them, together, by deadline.
-func (w *podWorker) stopContainers(ctx context.Context, sb Sandbox, cs []*corev1.Container, deadline time.Time, hooks bool) {
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		if st, ok := sb.Container(c.Name); !ok || st.State != StateRunning {
-			continue
-		}
-		wg.Go(func() {
-			if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
-				hctx, cancel := context.WithDeadline(ctx, deadline)
-				go func() {
-					select {
-					case <-w.terminateImmediately:
-						cancel()
-					case <-hctx.Done():
-					}
-				}()
-				if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
-					w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
-				}
+// stopContainer stops the container by deadline as the kubelet kills
+// one: a Killing event that says why, its preStop hook (when hooks is
+// set), its turn (turn closed, or the deadline), then the stop with what
+// is left of the time.
+func (w *podWorker) stopContainer(ctx context.Context, sb Sandbox, c *corev1.Container, deadline time.Time, hooks bool, why string, turn <-chan struct{}) {
+	graced := deadline.After(w.deps.clock.Now())
+	w.event(corev1.EventTypeNormal, "Killing", "%s", why)
+	if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
+		hctx, cancel := context.WithDeadline(ctx, deadline)
+		go func() {
+			select {
+			case <-w.terminateImmediately:
 				cancel()
+			case <-hctx.Done():
 			}
-			w.event(corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
-			left := max(deadline.Sub(w.deps.clock.Now()), 0)
-			sctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			done := make(chan struct{})
-			go func() {
-				select {
-				case <-w.terminateImmediately:
-					_ = sb.StopContainer(sctx, c.Name, 0)
-				case <-done:
-				}
-			}()
-			if err := sb.StopContainer(sctx, c.Name, left); err != nil {
-				w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
-			}
-			close(done)
-		})
+		}()
+		if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
+			w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+		}
+		cancel()
 	}
-	wg.Wait()
+	select {
+	case <-turn:
+	case <-w.terminateImmediately:
+	case <-ctx.Done():
+	case <-w.deps.clock.After(max(deadline.Sub(w.deps.clock.Now()), 0)):
+	}
+	left := max(deadline.Sub(w.deps.clock.Now()), 0)
+	if graced {
+		// As the kubelet: a container stopped with a grace period gets at
+		// least minimumGracePeriod of it, whatever its hook and its turn
+		// took.
+		left = max(left, minimumGracePeriod)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-w.terminateImmediately:
+			_ = sb.StopContainer(sctx, c.Name, 0)
+		case <-done:
+		}
+	}()
+	if err := sb.StopContainer(sctx, c.Name, left); err != nil {
+		w.logger(ctx).Error(err, "Stopping container failed", "container", c.Name)
+	}
+	close(done)
 }
 
 // terminate stops a deleted pod's containers as stop says (within its
@@ -203,3 +234,14 @@ func (w *podWorker) unmountFailed(err error) {
 		w.event(corev1.EventTypeWarning, "FailedUnmount", "%v", err)
 	}
 }
+
+// nowTurn is a turn that has come: a container stopped alone.
+var nowTurn = func() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// minimumGracePeriod is the least time a container stopped gracefully has
+// to exit, as the kubelet's minimumGracePeriodInSeconds.
+const minimumGracePeriod = 2 * time.Second

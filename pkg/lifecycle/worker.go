@@ -126,6 +126,10 @@ type containerState struct {
 	// first attempt of that image.
 	image       string
 	backOffFrom int
+	// killedAttempt is 1 + the attempt killed for a failed liveness or
+	// startup probe (0: none): it restarts unless the pod's policy is
+	// Never, whatever its exit code, as the kubelet restarts it.
+	killedAttempt int
 	// lostAttempt is 1 + the attempt the runtime lost track of (0: none),
 	// kept once the runtime reports it otherwise (a stop makes it exited).
 	lostAttempt int
@@ -397,7 +401,8 @@ func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, in
 		cv.probing = cs.probeCancel != nil && cs.probeAttempt == st.Attempt
 		if st.State == StateExited {
 			cv.lost = w.lostLocked(c.Name, st)
-			cv.final = w.gone || w.failReason != "" || !(cv.lost || restarts(pod, c, init, st.ExitCode)) ||
+			cv.probeKilled = cs.killedAttempt == st.Attempt+1
+			cv.final = w.gone || w.failReason != "" || !(cv.lost || cv.restarts(pod, init)) ||
 				cv.sidecar && appsDone
 		}
 	}

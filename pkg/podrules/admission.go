@@ -103,6 +103,38 @@ func AdmitOS(pod *corev1.Pod) *Refusal {
 	return nil
 }
 
+// AdmitAppArmor rejects, like the kubelet, a pod that asks for an AppArmor
+// profile (other than unconfined, in a security context or the deprecated
+// annotation) on a node that cannot enforce one; nil admits it.
+func AdmitAppArmor(pod *corev1.Pod, enforced bool) *Refusal {
+	if enforced || !requiresAppArmor(pod) {
+		return nil
+	}
+	return refuse("AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
+}
+
+func requiresAppArmor(pod *corev1.Pod) bool {
+	confined := func(p *corev1.AppArmorProfile) bool {
+		return p != nil && p.Type != corev1.AppArmorProfileTypeUnconfined
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil && confined(sc.AppArmorProfile) {
+		return true
+	}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.SecurityContext != nil && confined(c.SecurityContext.AppArmorProfile) {
+				return true
+			}
+		}
+	}
+	for k, v := range pod.Annotations {
+		if strings.HasPrefix(k, corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && v != corev1.DeprecatedAppArmorBetaProfileNameUnconfined {
+			return true
+		}
+	}
+	return false
+}
+
 // safeSysctls are the sysctls every pod may set, as the kubelet's: they are
 // namespaced and cannot harm other pods or the node.
 var safeSysctls = map[string]bool{

@@ -1,10 +1,12 @@
 package podrules
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestPodRequests(t *testing.T) {
@@ -54,6 +56,39 @@ func TestAdmitOS(t *testing.T) {
 			t.Errorf("os %v: %+v, want admitted", tt.os, r)
 		case tt.want != "" && (r == nil || r.Reason != tt.want):
 			t.Errorf("os %v: %+v, want a %s refusal", tt.os, r, tt.want)
+		}
+	}
+}
+
+// A pod asking for an AppArmor profile is refused where the node cannot
+// enforce one, with the kubelet's reason and message (the node e2e suite's
+// "when running without AppArmor should reject a pod"); unconfined is no
+// profile.
+func TestAdmitAppArmor(t *testing.T) {
+	runtimeDefault := &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}}
+	unconfined := &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}}
+	for _, tc := range []struct {
+		name     string
+		pod      *corev1.Pod
+		enforced bool
+		refused  bool
+	}{
+		{"no profile", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}}, false, false},
+		{"field, not enforced", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", SecurityContext: runtimeDefault}}}}, false, true},
+		{"field, enforced", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", SecurityContext: runtimeDefault}}}}, true, false},
+		{"unconfined", &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", SecurityContext: unconfined}}}}, false, false},
+		{"pod level", &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{AppArmorProfile: runtimeDefault.AppArmorProfile}}}, false, true},
+		{"annotation", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": corev1.DeprecatedAppArmorBetaProfileRuntimeDefault}}}, false, true},
+		{"annotation unconfined", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": corev1.DeprecatedAppArmorBetaProfileNameUnconfined}}}, false, false},
+	} {
+		r := AdmitAppArmor(tc.pod, tc.enforced)
+		if (r != nil) != tc.refused {
+			t.Errorf("%s: refusal %v, want refused %v", tc.name, r, tc.refused)
+		}
+		if r != nil && (r.Reason != "AppArmor" || !strings.Contains(r.Message, "AppArmor is not enabled on the host")) {
+			t.Errorf("%s: %+v", tc.name, r)
 		}
 	}
 }

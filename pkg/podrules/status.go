@@ -74,6 +74,10 @@ func Phase(status *corev1.PodStatus, sidecar Sidecars, stopped bool) corev1.PodP
 	n := countContainers(status.ContainerStatuses)
 	var phase corev1.PodPhase
 	switch {
+	case initFailed(status, sidecar) && (n.running > 0 || sidecarRunning(status, sidecar)):
+		// As the kubelet: no terminal phase while a container still runs
+		// (the sidecars being stopped).
+		phase = corev1.PodPending
 	case initFailed(status, sidecar):
 		phase = corev1.PodFailed
 	case !Initialized(status, sidecar) || n.waiting > 0:
@@ -105,6 +109,17 @@ func initFailed(status *corev1.PodStatus, sidecar Sidecars) bool {
 	for i := range status.InitContainerStatuses {
 		t := status.InitContainerStatuses[i].State.Terminated
 		if t != nil && t.ExitCode != 0 && !sidecar(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// sidecarRunning tells whether a sidecar (restartable init container)
+// runs.
+func sidecarRunning(status *corev1.PodStatus, sidecar Sidecars) bool {
+	for i := range status.InitContainerStatuses {
+		if status.InitContainerStatuses[i].State.Running != nil && sidecar(i) {
 			return true
 		}
 	}

@@ -60,6 +60,8 @@ func TestPhase(t *testing.T) {
 		{"sidecar not started", []corev1.ContainerStatus{runningCS("s", false, false)}, []corev1.ContainerStatus{waitingCS("a")}, sidecarsAt(0), false, corev1.PodPending},
 		{"sidecar started, app runs", []corev1.ContainerStatus{runningCS("s", true, false)}, []corev1.ContainerStatus{runningCS("a", true, true)}, sidecarsAt(0), false, corev1.PodRunning},
 		{"sidecar killed after the app succeeded", []corev1.ContainerStatus{exitedCS("s", 143)}, []corev1.ContainerStatus{exitedCS("a", 0)}, sidecarsAt(0), false, corev1.PodSucceeded},
+		{"init failed, its sidecar still stopping: no terminal phase yet", []corev1.ContainerStatus{runningCS("s", true, false), exitedCS("i", 1)}, []corev1.ContainerStatus{waitingCS("a")}, sidecarsAt(0), false, corev1.PodPending},
+		{"init failed, its sidecar stopped", []corev1.ContainerStatus{exitedCS("s", 143), exitedCS("i", 1)}, []corev1.ContainerStatus{waitingCS("a")}, sidecarsAt(0), false, corev1.PodFailed},
 		{"stopped while pending", []corev1.ContainerStatus{waitingCS("i")}, []corev1.ContainerStatus{waitingCS("a")}, nil, true, corev1.PodFailed},
 		{"stopped while running", nil, []corev1.ContainerStatus{runningCS("a", true, true)}, nil, true, corev1.PodFailed},
 		{"stopped, containers done, init not", []corev1.ContainerStatus{waitingCS("i")}, []corev1.ContainerStatus{exitedCS("a", 0)}, nil, true, corev1.PodSucceeded},

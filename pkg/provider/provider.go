@@ -187,6 +187,29 @@ type StatsProvider interface {
 	PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, error)
 }
 
+// ContainerCgroupsProvider is implemented by providers whose containers
+// run in this host's cgroups: the kubelet API's /metrics/cadvisor reports
+// their usage from there, as cAdvisor does for the kubelet.
+type ContainerCgroupsProvider interface {
+	// ContainerCgroups lists the running containers of the provider's
+	// pods, and each pod's sandbox (Container "POD").
+	ContainerCgroups(ctx context.Context) ([]ContainerCgroup, error)
+}
+
+// ContainerCgroup is one running container and where its cgroup is.
+type ContainerCgroup struct {
+	Namespace, Pod, Container string
+	// ID is the runtime's container ID; Image the container's image.
+	ID, Image string
+	// Cgroup is the container's cgroup below each hierarchy's root
+	// ("/kubepods/besteffort/pod<uid>/<id>").
+	Cgroup    string
+	StartTime time.Time
+	// WritableLayerBytes is what the container wrote to its writable
+	// layer, when the runtime says.
+	WritableLayerBytes *uint64
+}
+
 // NodeStatsProvider is implemented by providers that describe the node's
 // usage themselves (the sim provider simulates it); for the others the
 // node's figures are the host's.

@@ -34,7 +34,7 @@ func TestServerTLSBootstrap(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, ln) }()
+	go func() { done <- s.serve(ctx, ln, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

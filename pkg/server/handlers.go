@@ -28,13 +28,17 @@ type Route struct {
 	// Subresources are the nodes/<subresource> that grant the route, each
 	// enough on its own, the fine-grained one first (see auth.attributes).
 	Subresources []string
+	// ReadOnly routes are served on the read-only port as well, without
+	// authentication, as the kubelet's: health, pods, stats and metrics.
+	ReadOnly bool
 }
 
 // Routes lists every endpoint the server registers when all of its optional
 // ones (metrics, probe metrics, stats, profiling) are enabled: what a test
 // of the authorization matrix walks, so that no endpoint is forgotten.
 func Routes() []Route {
-	s := &Server{opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), Stats: noSummary{}, Profiling: true}}
+	s := &Server{opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), CadvisorMetrics: http.NotFoundHandler(),
+		Stats: noSummary{}, Profiling: true, Configz: struct{}{}}}
 	return s.routeTable().routes
 }
 
@@ -45,41 +49,62 @@ func (noSummary) Summary(context.Context, string) (*statsv1alpha1.Summary, error
 	return nil, errNoSummary
 }
 
-// routeTable is the server's ServeMux and the Routes registered on it.
+// routeTable is the server's ServeMux, the read-only port's, and the
+// Routes registered on them.
 type routeTable struct {
-	mux    *http.ServeMux
-	routes []Route
+	mux      *http.ServeMux
+	readOnly *http.ServeMux
+	routes   []Route
+}
+
+func newRouteTable() *routeTable {
+	return &routeTable{mux: http.NewServeMux(), readOnly: http.NewServeMux()}
 }
 
 // handle registers h for method (every method when empty) and path,
 // authorized by subresources.
 func (t *routeTable) handle(method, path string, h http.Handler, subresources ...string) {
-	pattern := path
-	if method != "" {
-		pattern = method + " " + path
-	}
-	t.mux.Handle(pattern, h)
-	t.routes = append(t.routes, Route{Method: method, Path: path, Subresources: subresources})
+	t.add(Route{Method: method, Path: path, Subresources: subresources}, h)
 }
 
 func (t *routeTable) handleFunc(method, path string, h http.HandlerFunc, subresources ...string) {
 	t.handle(method, path, h, subresources...)
 }
 
+// handleReadOnly registers h as handle does, and on the read-only port.
+func (t *routeTable) handleReadOnly(method, path string, h http.Handler, subresources ...string) {
+	t.add(Route{Method: method, Path: path, Subresources: subresources, ReadOnly: true}, h)
+}
+
+func (t *routeTable) add(r Route, h http.Handler) {
+	pattern := r.Path
+	if r.Method != "" {
+		pattern = r.Method + " " + r.Path
+	}
+	t.mux.Handle(pattern, h)
+	if r.ReadOnly {
+		t.readOnly.Handle(pattern, h)
+	}
+	t.routes = append(t.routes, r)
+}
+
 // routes serves the kubelet API paths; anything else is 404.
 func (s *Server) routes() http.Handler { return s.routeTable().mux }
+
+// readOnlyRoutes serves the read-only port's paths; anything else is 404.
+func (s *Server) readOnlyRoutes() http.Handler { return s.routeTable().readOnly }
 
 // routeTable registers every endpoint with the subresources that authorize
 // it, as auth.attributes derives them from the path (TestRoutes checks
 // that the two agree).
 func (s *Server) routeTable() *routeTable {
-	t := &routeTable{mux: http.NewServeMux()}
-	t.handleFunc(http.MethodGet, "/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	t := newRouteTable()
+	t.handleReadOnly(http.MethodGet, "/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok")
-	}, "healthz", "proxy")
-	t.handleFunc(http.MethodGet, "/pods", s.getPods, "pods", "proxy")
-	t.handleFunc(http.MethodGet, "/pods/", s.getPods, "pods", "proxy")
+	}), "healthz", "proxy")
+	t.handleReadOnly(http.MethodGet, "/pods", http.HandlerFunc(s.getPods), "pods", "proxy")
+	t.handleReadOnly(http.MethodGet, "/pods/", http.HandlerFunc(s.getPods), "pods", "proxy")
 	t.handleFunc(http.MethodGet, "/runningpods/", s.getPods, "pods", "proxy")
 
 	t.handleFunc(http.MethodGet, "/containerLogs/{namespace}/{pod}/{container}", s.getContainerLogs, "proxy")
@@ -99,8 +124,11 @@ func (s *Server) routeTable() *routeTable {
 	t.handleFunc(http.MethodPost, "/run/{namespace}/{pod}/{container}", s.run, "proxy")
 	t.handleFunc(http.MethodPost, "/run/{namespace}/{pod}/{uid}/{container}", s.run, "proxy")
 
+	if s.opts.Configz != nil {
+		t.handleFunc(http.MethodGet, "/configz", s.getConfigz, "configz", "proxy")
+	}
 	if s.opts.Metrics != nil {
-		t.handle(http.MethodGet, "/metrics", s.opts.Metrics, "metrics")
+		t.handleReadOnly(http.MethodGet, "/metrics", s.opts.Metrics, "metrics")
 	} else {
 		t.handleFunc("", "/metrics", func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "/metrics is not implemented by nodelet", http.StatusNotImplemented)
@@ -114,8 +142,7 @@ func (s *Server) routeTable() *routeTable {
 		t.handleFunc(http.MethodGet, "/debug/pprof/symbol", pprof.Symbol, "proxy")
 		t.handleFunc(http.MethodGet, "/debug/pprof/trace", pprof.Trace, "proxy")
 	}
-	// Anything else under these (/metrics/cadvisor, /stats/…, /logs/…) is
-	// not served yet.
+	// Anything else under these (/stats/…, /logs/…) is not served yet.
 	for _, p := range []struct{ path, subresource string }{{"/metrics/", "metrics"}, {"/stats/", "stats"}, {"/logs/", "log"}} {
 		t.handleFunc("", p.path, func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, fmt.Sprintf("%s is not implemented by nodelet", r.URL.Path), http.StatusNotImplemented)
@@ -143,6 +170,20 @@ func (s *Server) getPods(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if _, err := w.Write(data); err != nil {
 		klog.FromContext(r.Context()).V(4).Info("Unable to write the pod list", "err", err)
+	}
+}
+
+// getConfigz answers the configuration in use as the kubelet's /configz
+// does: {"kubeletconfig": {…}}.
+func (s *Server) getConfigz(w http.ResponseWriter, r *http.Request) {
+	data, err := json.Marshal(map[string]any{"kubeletconfig": s.opts.Configz})
+	if err != nil {
+		http.Error(w, fmt.Sprintf("encode the configuration: %v", err), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(data); err != nil {
+		klog.FromContext(r.Context()).V(4).Info("Unable to write the configuration", "err", err)
 	}
 }
 

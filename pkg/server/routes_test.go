@@ -26,8 +26,9 @@ func TestRoutes(t *testing.T) {
 		t.Fatal("Routes() is empty")
 	}
 	configs := map[string]*Server{
-		"every option": {opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), Stats: noSummary{}, Profiling: true}},
-		"no option":    {opts: Options{}},
+		"every option": {opts: Options{Metrics: http.NotFoundHandler(), ProbeMetrics: http.NotFoundHandler(), CadvisorMetrics: http.NotFoundHandler(),
+			Stats: noSummary{}, Profiling: true, Configz: struct{}{}}},
+		"no option": {opts: Options{}},
 	}
 	a := &auth{nodeName: "node-a"}
 	u := &user.DefaultInfo{Name: "alice"}

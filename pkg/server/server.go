@@ -134,6 +134,9 @@ type Options struct {
 	Metrics http.Handler
 	// ProbeMetrics serves /metrics/probes; nil answers 501.
 	ProbeMetrics http.Handler
+	// CadvisorMetrics serves /metrics/cadvisor (the containers' metrics in
+	// cAdvisor's names); nil answers 501.
+	CadvisorMetrics http.Handler
 	// Stats serves /stats/summary and /metrics/resource; nil answers 501.
 	Stats SummaryProvider
 	// Addresses, when set, picks the node of /stats and /metrics requests
@@ -142,6 +145,14 @@ type Options struct {
 	// Profiling serves the Go runtime's profiles at /debug/pprof/,
 	// authorized as nodes/proxy.
 	Profiling bool
+	// Configz is the configuration in use, served at /configz as the
+	// kubelet serves its own: {"kubeletconfig": Configz} (authorized as
+	// nodes/configz); nil leaves /configz out.
+	Configz any
+	// ReadOnlyPort, when not 0, serves the read-only routes (health, pods,
+	// stats and metrics) on Address:ReadOnlyPort over plain HTTP, without
+	// authentication or authorization, as the kubelet's readOnlyPort.
+	ReadOnlyPort int32
 
 	// Clock tells the time of cached authentications (default the real
 	// clock).
@@ -189,6 +200,9 @@ func (o *Options) validate(client kubernetes.Interface) error {
 	var errs []error
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Errorf("port %d: must be between 0 and 65535", o.Port))
+	}
+	if o.ReadOnlyPort < 0 || o.ReadOnlyPort > 65535 {
+		errs = append(errs, fmt.Errorf("read-only port %d: must be between 0 (off) and 65535", o.ReadOnlyPort))
 	}
 	if o.NodeName == "" {
 		errs = append(errs, errors.New("node name: required"))
@@ -255,9 +269,9 @@ func New(client kubernetes.Interface, backend Backend, opts Options) (*Server, e
 // authentication ready.
 func (s *Server) Serving() <-chan struct{} { return s.serving }
 
-// Run listens on the configured address and serves until ctx ends, then
-// shuts down: new connections are refused, requests in flight and open
-// streaming sessions are ended.
+// Run listens on the configured address (and read-only port) and serves
+// until ctx ends, then shuts down: new connections are refused, requests
+// in flight and open streaming sessions are ended.
 func (s *Server) Run(ctx context.Context) error {
 	addr := net.JoinHostPort(s.opts.Address, strconv.Itoa(int(s.opts.Port)))
 	var lc net.ListenConfig
@@ -265,23 +279,38 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet API server: listen on %s: %w", addr, err)
 	}
-	return s.serve(ctx, ln)
+	var readOnly net.Listener
+	if s.opts.ReadOnlyPort != 0 {
+		roAddr := net.JoinHostPort(s.opts.Address, strconv.Itoa(int(s.opts.ReadOnlyPort)))
+		if readOnly, err = lc.Listen(ctx, "tcp", roAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("kubelet API server: listen on %s (read-only port): %w", roAddr, err)
+		}
+	}
+	return s.serve(ctx, ln, readOnly)
 }
 
-// serve prepares certificates and authentication, then serves on ln until
-// ctx ends. It closes ln.
-func (s *Server) serve(ctx context.Context, ln net.Listener) error {
+// serve prepares certificates and authentication, then serves on ln (and
+// the read-only routes on readOnly, when not nil) until ctx ends. It
+// closes both.
+func (s *Server) serve(ctx context.Context, ln, readOnly net.Listener) error {
 	logger := klog.FromContext(ctx).WithName("kubelet-api")
 	ctx = klog.NewContext(ctx, logger)
 
+	closeAll := func() {
+		ln.Close()
+		if readOnly != nil {
+			readOnly.Close()
+		}
+	}
 	tlsConfig, rotate, err := s.tlsConfig(ctx)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return fmt.Errorf("kubelet API server: %w", err)
 	}
 	auth, err := s.newAuth(ctx, tlsConfig)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return fmt.Errorf("kubelet API server: %w", err)
 	}
 	if rotate != nil {
@@ -309,22 +338,35 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 
-	errCh := make(chan error, 1)
-	go func() { errCh <- srv.ServeTLS(conns, "", "") }()
+	// Room for both servers' errors: neither send blocks.
+	errCh := make(chan error, 2)
+	go func() {
+		if err := srv.ServeTLS(conns, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			errCh <- fmt.Errorf("serve on %s: %w", ln.Addr(), err)
+			return
+		}
+		errCh <- nil
+	}()
 	logger.Info("Serving the kubelet API", "address", ln.Addr().String())
+	stopReadOnly := func() error { return nil }
+	if readOnly != nil {
+		stopReadOnly = s.serveReadOnly(ctx, readOnly, errCh)
+	}
 	close(s.serving)
 
 	select {
 	case err := <-errCh:
-		return fmt.Errorf("kubelet API server: serve on %s: %w", ln.Addr(), err)
+		srv.Close()
+		stopReadOnly()
+		return fmt.Errorf("kubelet API server: %w", err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	shutdownErr := srv.Shutdown(shutdownCtx)
+	shutdownErr := errors.Join(srv.Shutdown(shutdownCtx), stopReadOnly())
 	conns.closeAll()
-	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("kubelet API server: serve on %s: %w", ln.Addr(), err)
+	if err := <-errCh; err != nil {
+		return fmt.Errorf("kubelet API server: %w", err)
 	}
 	if shutdownErr != nil {
 		srv.Close()
@@ -332,6 +374,47 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	}
 	logger.Info("Stopped the kubelet API server")
 	return nil
+}
+
+// serveReadOnly serves the read-only routes on ln, over plain HTTP and
+// without authentication, until the returned function shuts it down. An
+// error serving goes to errCh.
+func (s *Server) serveReadOnly(ctx context.Context, ln net.Listener, errCh chan<- error) (shutdown func() error) {
+	routes := s.readOnlyRoutes()
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := checkPath(r.URL); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			routes.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case errCh <- fmt.Errorf("serve on %s (read-only port): %w", ln.Addr(), err):
+			default:
+			}
+		}
+	}()
+	klog.FromContext(ctx).Info("Serving the kubelet API's read-only port", "address", ln.Addr().String())
+	return func() error {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		err := srv.Shutdown(shutdownCtx)
+		if err != nil {
+			srv.Close()
+		}
+		<-done
+		return err
+	}
 }
 
 // trackingListener keeps the connections it accepted until they close.

@@ -207,7 +207,7 @@ func startServer(t *testing.T, backend Backend, opts Options, allowed ...string)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	ts := &testServer{addr: ln.Addr().String(), reviews: rv, backend: backend, done: make(chan error, 1), cancel: cancel}
-	go func() { ts.done <- s.serve(ctx, ln) }()
+	go func() { ts.done <- s.serve(ctx, ln, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-ts.done; err != nil {
@@ -440,7 +440,7 @@ func TestBackendWithoutCapabilities(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- s.serve(ctx, ln) }()
+	go func() { done <- s.serve(ctx, ln, nil) }()
 	defer func() { cancel(); <-done }()
 	ts := &testServer{addr: ln.Addr().String()}
 	for _, tc := range []struct{ method, path, want string }{

@@ -15,20 +15,23 @@ import (
 )
 
 // statsRoutes adds /stats/summary and /metrics/resource when the server
-// has a summary source, and /metrics/probes when it has probe metrics;
-// without, they fall to the 501 of /stats/ and /metrics/.
+// has a summary source, /metrics/probes and /metrics/cadvisor when it has
+// those metrics; without, they fall to the 501 of /stats/ and /metrics/.
 func (s *Server) statsRoutes(t *routeTable) {
 	if s.opts.ProbeMetrics != nil {
-		t.handle(http.MethodGet, "/metrics/probes", s.opts.ProbeMetrics, "metrics")
+		t.handleReadOnly(http.MethodGet, "/metrics/probes", s.opts.ProbeMetrics, "metrics")
+	}
+	if s.opts.CadvisorMetrics != nil {
+		t.handleReadOnly(http.MethodGet, "/metrics/cadvisor", s.opts.CadvisorMetrics, "metrics")
 	}
 	sp := s.opts.Stats
 	if sp == nil {
 		return
 	}
 	// The kubelet takes the query in a POST's form as well.
-	t.handleFunc(http.MethodGet, "/stats/summary", s.getSummary(sp), "stats")
-	t.handleFunc(http.MethodPost, "/stats/summary", s.getSummary(sp), "stats")
-	t.handle(http.MethodGet, "/metrics/resource", stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
+	t.handleReadOnly(http.MethodGet, "/stats/summary", s.getSummary(sp), "stats")
+	t.handleReadOnly(http.MethodPost, "/stats/summary", s.getSummary(sp), "stats")
+	t.handleReadOnly(http.MethodGet, "/metrics/resource", stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
 		return summaryOf(r, sp, s.requestNode(r))
 	}), "metrics")
 }

@@ -129,6 +129,19 @@ type fakeRunner struct {
 	mu      sync.Mutex
 	pods    map[string]*corev1.Pod
 	created int
+	// slowStop keeps a deleted pod, as one still stopping, until finish.
+	slowStop bool
+	stopping map[string]bool
+}
+
+// finish ends the stop of the pod of key.
+func (f *fakeRunner) finish(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopping[key] {
+		delete(f.pods, key)
+		delete(f.stopping, key)
+	}
 }
 
 func (f *fakeRunner) CreatePod(_ context.Context, p *corev1.Pod) error {
@@ -142,7 +155,15 @@ func (f *fakeRunner) CreatePod(_ context.Context, p *corev1.Pod) error {
 func (f *fakeRunner) DeletePod(_ context.Context, p *corev1.Pod) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.pods, p.Namespace+"/"+p.Name)
+	key := p.Namespace + "/" + p.Name
+	if f.slowStop {
+		if f.stopping == nil {
+			f.stopping = map[string]bool{}
+		}
+		f.stopping[key] = true
+		return nil
+	}
+	delete(f.pods, key)
 	return nil
 }
 
@@ -416,4 +437,46 @@ func TestNothingStoppedBeforeTheSourcesAreRead(t *testing.T) {
 	if p, _ := runner.get("default/web-n"); p != nil {
 		t.Error("the static pod no source names still runs after the directory was read")
 	}
+}
+
+// A static pod replaced by a new version keeps its mirror pod while the
+// old version stops (its grace period), as the kubelet does; the mirror
+// pod of the new version follows once it has (the node e2e suite's
+// "mirror pod termination should satisfy grace period when static pod is
+// updated"). The mirror pod was replaced at once.
+func TestMirrorPodStaysWhileThePreviousVersionStops(t *testing.T) {
+	h := run(t, node())
+	writeAtomic(t, filepath.Join(h.dir, "web.yaml"), podYAML)
+	h.reread()
+	var first *corev1.Pod
+	eventually(t, "mirrored", func() (bool, string) {
+		m, err := h.mirror()
+		first = m
+		return err == nil, fmt.Sprint(err)
+	})
+	h.runner.mu.Lock()
+	h.runner.slowStop = true
+	h.runner.mu.Unlock()
+	writeAtomic(t, filepath.Join(h.dir, "web.yaml"), strings.Replace(podYAML, "3600", "3601", 1))
+	h.reread()
+	eventually(t, "the old version stopping", func() (bool, string) {
+		h.runner.mu.Lock()
+		defer h.runner.mu.Unlock()
+		return h.runner.stopping["default/web-n"], fmt.Sprint(h.runner.stopping)
+	})
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		h.reread()
+		if m, err := h.mirror(); err != nil || m.UID != first.UID {
+			t.Fatalf("the mirror pod changed while the old version stops: %v, %v", m, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.runner.finish("default/web-n")
+	h.reread()
+	eventually(t, "the new version mirrored", func() (bool, string) {
+		p, _ := h.runner.get("default/web-n")
+		m, err := h.mirror()
+		return p != nil && err == nil && m.UID != first.UID && podrules.IsMirrorOf(m, p), fmt.Sprint(p != nil, err)
+	})
 }

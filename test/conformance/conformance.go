@@ -1,8 +1,10 @@
 // Package conformance runs Kubernetes' own end-to-end tests (e2e.test of
-// k8s.io/kubernetes, built by make bin/e2e.test) against a nodelet node: the
-// selection of specs and the skips with their reasons, the command line of
-// e2e.test, and the JUnit report it writes. hack/conformance (make
-// conformance) and the smoke test of test/e2e share it.
+// k8s.io/kubernetes, built by make bin/e2e.test) and its node conformance
+// test (e2e_node.test --conformance, node.go) against a nodelet node: the
+// selection of specs and the skips with their reasons, the command lines
+// of the test binaries, and the JUnit report they write. hack/conformance
+// (make conformance, make node-conformance) and the smoke test of test/e2e
+// share it.
 package conformance
 
 import (
@@ -46,19 +48,23 @@ const (
 )
 
 // SkipTable is the Markdown table of Skips that docs/conformance.md holds.
-func SkipTable() string {
+func SkipTable() string { return skipTable(Skips) }
+
+// SkipRegexp is the --ginkgo.skip of the run: every pattern of Skips.
+func SkipRegexp() string { return skipRegexp(Skips) }
+
+func skipTable(skips []Skip) string {
 	var b strings.Builder
 	b.WriteString("| skipped (--ginkgo.skip) | why |\n|---|---|\n")
-	for _, s := range Skips {
+	for _, s := range skips {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", strings.ReplaceAll(s.Pattern, "|", "\\|"), s.Reason)
 	}
 	return b.String()
 }
 
-// SkipRegexp is the --ginkgo.skip of the run: every pattern of Skips.
-func SkipRegexp() string {
-	parts := make([]string, len(Skips))
-	for i, s := range Skips {
+func skipRegexp(skips []Skip) string {
+	parts := make([]string, len(skips))
+	for i, s := range skips {
 		parts[i] = s.Pattern
 	}
 	return strings.Join(parts, "|")

@@ -62,7 +62,8 @@ func TestSelection(t *testing.T) {
 }
 
 // TestSkipsAreDocumented checks that docs/conformance.md lists exactly the
-// skips of Skips, with their reasons, between its two markers.
+// skips of Skips and of NodeSkips, with their reasons, each between its
+// two markers.
 func TestSkipsAreDocumented(t *testing.T) {
 	const path = "../../docs/conformance.md"
 	data, err := os.ReadFile(path)
@@ -70,12 +71,43 @@ func TestSkipsAreDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(data)
-	start := strings.Index(doc, SkipTableStart)
-	end := strings.Index(doc, SkipTableEnd)
-	if start < 0 || end < start {
-		t.Fatalf("%s: no table of skips between %q and %q", path, SkipTableStart, SkipTableEnd)
+	for _, tc := range []struct{ name, start, end, table string }{
+		{"Skips", SkipTableStart, SkipTableEnd, SkipTable()},
+		{"NodeSkips", NodeSkipTableStart, NodeSkipTableEnd, NodeSkipTable()},
+	} {
+		start := strings.Index(doc, tc.start)
+		end := strings.Index(doc, tc.end)
+		if start < 0 || end < start {
+			t.Errorf("%s: no table of %s between %q and %q", path, tc.name, tc.start, tc.end)
+			continue
+		}
+		if got, want := doc[start+len(tc.start):end], "\n"+tc.table; got != want {
+			t.Errorf("%s: the table of %s is\n%s\nwant\n%s", path, tc.name, got, want)
+		}
 	}
-	if got, want := doc[start+len(SkipTableStart):end], "\n"+SkipTable(); got != want {
-		t.Errorf("%s: the table of skips is\n%s\nwant (from Skips)\n%s", path, got, want)
+}
+
+// TestNodeSelection checks the node conformance run's skips against spec
+// names of e2e_node.test.
+func TestNodeSelection(t *testing.T) {
+	focus, skip := regexp.MustCompile(NodeFocus), regexp.MustCompile(NodeSkipRegexp())
+	for name, run := range map[string]bool{
+		"[sig-node] Summary API [NodeConformance] when querying /stats/summary should report resource usage through the stats api":  true,
+		"[sig-node] MirrorPod when create a mirror pod should be updated when static pod updated [NodeConformance]":                 true,
+		"[sig-node] Kubelet Endpoints [NodeConformance] [Serial] should return APIVersion and Kind fields in /configz":              false,
+		"[sig-node] Restart [Serial] [Slow] [Disruptive] Container Runtime should restart all containers [NodeConformance]":         false,
+		"[sig-node] MirrorPod with EnvFiles [NodeConformance] [FeatureGate:EnvFiles] [Alpha] [Feature:OffByDefault] should consume": false,
+		"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]":                                                      true,
+		"[sig-node] Lease lease API should be available [Conformance]":                                                              false,
+	} {
+		if got := focus.MatchString(name) && !skip.MatchString(name); got != run {
+			t.Errorf("%q: run %v, want %v", name, got, run)
+		}
+	}
+	args := strings.Join(NodeE2EArgs(NodeOptions{Host: "https://127.0.0.1:6443", BearerToken: "t", NodeName: "n"}), " ")
+	for _, want := range []string{"--conformance=true", "--start-services=false", "--prepull-images=false", "--host=https://127.0.0.1:6443", "--bearer-token=t"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("node e2e args %q lack %q", args, want)
+		}
 	}
 }

@@ -105,7 +105,10 @@ func (e *Env) writeConfig() error {
 
 // containerdConfig is containerd's config.toml (version 3, which
 // containerd 2.x migrates on load): every path private to the layout, no
-// debug or metrics listener, no NRI, no imported host configuration. Where
+// debug or metrics listener, no NRI, no imported host configuration; runc
+// also as the handler "test-handler", the RuntimeClass handler the
+// Kubernetes e2e tests expect preconfigured, as upstream's node e2e
+// configures containerd. Where
 // the process may not lower OOM scores (no CAP_SYS_RESOURCE, as in a
 // container), containers get none lower than containerd's own: runc would
 // fail to start them otherwise.
@@ -155,6 +158,14 @@ imports = []
   Root = %s
   SystemdCgroup = false
 
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler.options]
+  BinaryName = %s
+  Root = %s
+  SystemdCgroup = false
+
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = [%s]
   conf_dir = %s
@@ -183,6 +194,7 @@ imports = []
 		q(l.socket), q(l.ttrpc),
 		q(l.snapshotter), q(o.SandboxImage), q(l.certsDir),
 		!canLowerOOMScore(),
+		q(o.Runc), q(l.runcRoot),
 		q(o.Runc), q(l.runcRoot),
 		q(o.CNIBinDir), q(l.cniConfDir),
 		q(l.opt), q(l.verifiers), q(l.shimSockets), q(l.certsDir))

@@ -30,6 +30,9 @@ type NodeInfo struct {
 	PodIPs []string
 	// Allocatable stands in for a resource limit a container does not set.
 	Allocatable corev1.ResourceList
+	// Volumes are the host directories of the pod's volumes by name,
+	// where a fileKeyRef reads its env file.
+	Volumes map[string]string
 }
 
 // Environment returns the container's environment as "K=V" entries: service
@@ -384,7 +387,7 @@ func (r *resolver) valueFrom(src *corev1.EnvVarSource) (value string, ok bool, e
 		}
 		return string(v), true, nil
 	case src.FileKeyRef != nil:
-		return "", false, fmt.Errorf("fileKeyRef is not supported by the process provider")
+		return r.fileKey(src.FileKeyRef)
 	}
 	return "", false, fmt.Errorf("valueFrom names no source")
 }

@@ -120,7 +120,7 @@ func (m *Manager) SetUp(ctx context.Context, pod *corev1.Pod) (map[string]string
 		}
 		p, err := m.setUpVolume(ctx, st, objs, root, pod, v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("volume %q: %w", v.Name, err))
+			errs = append(errs, &SetUpError{Volume: v.Name, Err: err})
 			continue
 		}
 		paths[v.Name] = p
@@ -332,3 +332,13 @@ func (m *Manager) TearDown(ctx context.Context, pod *corev1.Pod) error {
 	klog.FromContext(ctx).V(4).Info("Tore down pod volumes", "pod", klog.KObj(pod))
 	return nil
 }
+
+// SetUpError is the failure to set up one of a pod's volumes; SetUp joins
+// one per volume that failed.
+type SetUpError struct {
+	Volume string
+	Err    error
+}
+
+func (e *SetUpError) Error() string { return fmt.Sprintf("volume %q: %v", e.Volume, e.Err) }
+func (e *SetUpError) Unwrap() error { return e.Err }

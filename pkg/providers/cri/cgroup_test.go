@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodelet/nodelet/pkg/mountinfo"
 )
 
@@ -61,5 +64,109 @@ func TestRemoveCgroupTreeKillsWhatTheRuntimeLost(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Error("the process of the lost container still runs")
+	}
+}
+
+// The pods' cgroups are named as the kubelet names them (cgroupfs driver,
+// cgroupRoot "/"): tools and the node e2e suite look for kubepods.
+func TestPodCgroupsAreTheKubelets(t *testing.T) {
+	for qos, want := range map[corev1.PodQOSClass]string{
+		corev1.PodQOSGuaranteed: "/kubepods/poduid-1",
+		corev1.PodQOSBurstable:  "/kubepods/burstable/poduid-1",
+		corev1.PodQOSBestEffort: "/kubepods/besteffort/poduid-1",
+	} {
+		if got := podCgroup(qos, "uid-1"); got != want {
+			t.Errorf("%s pod cgroup %q, want %q", qos, got, want)
+		}
+	}
+}
+
+// A QoS cgroup made in a cpuset hierarchy takes its parent's CPUs and
+// memory nodes, without which no process could join it.
+func TestEnsureCgroupInACpusetHierarchy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	hierarchies, err := mountinfo.CgroupHierarchies()
+	if err != nil {
+		t.Skip(err)
+	}
+	var root string
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, "cpuset.cpus")); err == nil {
+			if _, err := os.Stat(filepath.Join(h, "cgroup.controllers")); err != nil {
+				root = h // a cgroup v1 cpuset hierarchy
+			}
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup v1 cpuset hierarchy")
+	}
+	dir := "/nodelet-test-qos-" + strconv.Itoa(os.Getpid())
+	if err := ensureCgroup(root, dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Join(root, dir))
+	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+		parent, _ := os.ReadFile(filepath.Join(root, f))
+		own, _ := os.ReadFile(filepath.Join(root, dir, f))
+		if string(own) != string(parent) {
+			t.Errorf("%s = %q, want the parent's %q", f, own, parent)
+		}
+	}
+	if err := ensureCgroup(root, dir); err != nil {
+		t.Errorf("a second ensure: %v", err)
+	}
+}
+
+// The pod's own cgroup is limited as the kubelet limits it: shares from
+// the requests, a quota and a memory limit only when every container has
+// one, the overhead added, the least shares for BestEffort pods.
+func TestPodCgroupLimits(t *testing.T) {
+	node := testNode()
+	container := func(req, lim corev1.ResourceList) corev1.Container {
+		return corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}
+	}
+	guaranteed := container(rl("cpu", "100m", "memory", "100Mi"), rl("cpu", "100m", "memory", "100Mi"))
+	for _, tc := range []struct {
+		name string
+		spec corev1.PodSpec
+		want podCgroupLimits
+	}{
+		{"guaranteed with overhead", corev1.PodSpec{Containers: []corev1.Container{guaranteed},
+			Overhead: rl("cpu", "200m", "memory", "140Mi")},
+			podCgroupLimits{CPUShares: 307, CPUPeriod: 100000, CPUQuota: 30000, MemoryLimit: 240 << 20}},
+		{"burstable, one container without limits", corev1.PodSpec{Containers: []corev1.Container{guaranteed,
+			container(rl("cpu", "100m"), nil)}},
+			podCgroupLimits{CPUShares: 204, CPUPeriod: 100000}},
+		{"besteffort", corev1.PodSpec{Containers: []corev1.Container{container(nil, nil)}},
+			podCgroupLimits{CPUShares: 2, CPUPeriod: 100000}},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}, Spec: tc.spec}
+		if got := podLimitsOf(pod, node); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+
+	// Written in cgroup v1's cpu and memory hierarchies, below kubepods.
+	root := t.TempDir()
+	for _, d := range []string{"cpu", "memory"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}, Spec: corev1.PodSpec{Containers: []corev1.Container{guaranteed},
+		Overhead: rl("cpu", "200m", "memory", "140Mi")}}
+	if err := ensurePodCgroup(pod, node, root); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"cpu/kubepods/poduid-1/cpu.cfs_quota_us":         "30000",
+		"cpu/kubepods/poduid-1/cpu.shares":               "307",
+		"memory/kubepods/poduid-1/memory.limit_in_bytes": "251658240",
+	} {
+		if got, _ := os.ReadFile(filepath.Join(root, file)); string(got) != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/pkg/deviceplugin"
 	"github.com/nodelet/nodelet/pkg/podrules"
 )
 
@@ -119,6 +120,22 @@ func containerConfig(pod *corev1.Pod, c *corev1.Container, node nodeSettings, p 
 		Tty:         c.TTY,
 		Linux:       &runtimeapi.LinuxContainerConfig{Resources: resources, SecurityContext: sc},
 	}, nil
+}
+
+// withDevices adds to a container's configuration what its devices need,
+// as the kubelet does: their environment, mounts and device nodes after
+// the container's own, their annotations and CDI devices.
+func withDevices(cfg *runtimeapi.ContainerConfig, d *deviceplugin.ContainerDevices) {
+	cfg.Envs = append(cfg.Envs, d.Envs...)
+	cfg.Mounts = append(cfg.Mounts, d.Mounts...)
+	cfg.Devices = append(cfg.Devices, d.Devices...)
+	cfg.CDIDevices = append(cfg.CDIDevices, d.CDIDevices...)
+	for k, v := range d.Annotations {
+		if cfg.Annotations == nil {
+			cfg.Annotations = map[string]string{}
+		}
+		cfg.Annotations[k] = v
+	}
 }
 
 // containerLogPath is a container's log file relative to its pod's log

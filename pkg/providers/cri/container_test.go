@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/pkg/deviceplugin"
 )
 
 func containerTestPod() *corev1.Pod {
@@ -232,5 +234,25 @@ func TestContainerConfigVariants(t *testing.T) {
 func TestContainerLogPath(t *testing.T) {
 	if got := containerLogPath("app", 3); got != "app/3.log" {
 		t.Errorf("containerLogPath = %q", got)
+	}
+}
+
+// A container's devices add their environment, mounts, device nodes,
+// annotations and CDI devices to its configuration, after its own.
+func TestWithDevices(t *testing.T) {
+	cfg := &runtimeapi.ContainerConfig{
+		Envs:   []*runtimeapi.KeyValue{{Key: "A", Value: []byte("1")}},
+		Mounts: []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/host/data"}},
+	}
+	withDevices(cfg, &deviceplugin.ContainerDevices{
+		Envs:        []*runtimeapi.KeyValue{{Key: "DEVICES", Value: []byte("0")}},
+		Mounts:      []*runtimeapi.Mount{{ContainerPath: "/dev/fake-0", HostPath: "/tmp/fake-0"}},
+		Devices:     []*runtimeapi.Device{{ContainerPath: "/dev/gpu0", HostPath: "/dev/nvidia0", Permissions: "rw"}},
+		Annotations: map[string]string{"example.com/device": "0"},
+		CDIDevices:  []*runtimeapi.CDIDevice{{Name: "example.com/gpu=0"}},
+	})
+	if len(cfg.Envs) != 2 || cfg.Envs[1].Key != "DEVICES" || len(cfg.Mounts) != 2 || cfg.Mounts[1].ContainerPath != "/dev/fake-0" ||
+		len(cfg.Devices) != 1 || cfg.Annotations["example.com/device"] != "0" || len(cfg.CDIDevices) != 1 {
+		t.Errorf("config with devices: %+v", cfg)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +234,30 @@ func TestRelistKeepsASandboxSetUpAfterItsList(t *testing.T) {
 	rt.apply(ctx, rs, rt.listSeq.Add(1), nil, rt.listSeq.Add(1), nil)
 	if sb := rt.sandboxes["u1"]; sb != nil {
 		t.Errorf("a sandbox no list shows any more is kept: %s", sb.id)
+	}
+}
+
+// The runtime's handlers and features are the node's status.runtimeHandlers,
+// the default handler first, as the kubelet lists them: the node e2e
+// suite's recursive read-only mount specs read them to know what the
+// runtime supports.
+func TestRuntimeHandlers(t *testing.T) {
+	got := runtimeHandlers([]*runtimeapi.RuntimeHandler{
+		{Name: "test-handler", Features: &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: true}},
+		{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: true, UserNamespaces: true}},
+		{Name: "runc"},
+	})
+	var names []string
+	for _, h := range got {
+		names = append(names, h.Name)
+	}
+	if strings.Join(names, ",") != ",runc,test-handler" {
+		t.Errorf("handlers %q, want the default first, then by name", names)
+	}
+	if f := got[0].Features; !*f.RecursiveReadOnlyMounts || !*f.UserNamespaces {
+		t.Errorf("default handler's features %+v", f)
+	}
+	if f := got[1].Features; *f.RecursiveReadOnlyMounts {
+		t.Errorf("runc's features %+v, want none", f)
 	}
 }

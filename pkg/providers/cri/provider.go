@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -16,9 +17,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/pkg/deviceplugin"
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/podresources"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -65,6 +69,25 @@ type Options struct {
 	// CleanUpPeriod is how often leftovers of pods that are gone are
 	// cleaned up; default lifecycle.DefaultCleanUpPeriod.
 	CleanUpPeriod time.Duration
+	// Devices are the node's device plugins (package deviceplugin): their
+	// resources in the node's status, their devices in the containers
+	// that request them. nil: none.
+	Devices Devices
+}
+
+// Devices is the node's device manager as the provider uses it
+// (*deviceplugin.Manager).
+type Devices interface {
+	// Run serves the plugins until ctx ends.
+	Run(ctx context.Context) error
+	// Notify sets what is called when Resources change.
+	Notify(func())
+	// Resources are the plugins' extended resources.
+	Resources() (capacity, allocatable corev1.ResourceList)
+	// Allocate gives a container the devices it requests.
+	Allocate(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (*deviceplugin.ContainerDevices, error)
+	// Release frees a pod's devices once it is gone.
+	Release(uid types.UID)
 }
 
 // Provider runs the pods of one node through a CRI runtime: the pod
@@ -82,9 +105,10 @@ type Provider struct {
 	runtime *criRuntime
 	imageGC *imageGC
 
-	mu      sync.Mutex
-	version string // <runtime>://<version>
-	images  []corev1.ContainerImage
+	mu       sync.Mutex
+	version  string // <runtime>://<version>
+	images   []corev1.ContainerImage
+	handlers []corev1.NodeRuntimeHandler // the runtime's, from its status
 }
 
 // New returns a provider of the runtime at opts.Endpoint; parts.Runtime is
@@ -152,12 +176,14 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 		containerLogsDir: opts.ContainerLogsDir,
 		sandboxes:        map[types.UID]*criSandbox{},
 		relistNow:        make(chan struct{}, 1),
+		devices:          opts.Devices,
 	}
 	parts.Runtime = rt
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
 		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: opts.Admit,
+		AppArmor: hostnode.AppArmorEnabled(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cri provider: %w", err)
@@ -170,7 +196,30 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 // events) and runs the pod lifecycle until ctx ends. The pods keep running
 // in the runtime after it returns.
 func (p *Provider) Run(ctx context.Context) error {
+	if err := EnsureQOSCgroups(); err != nil {
+		// The runtime still creates each pod's cgroup with its parents.
+		klog.FromContext(ctx).Error(err, "Unable to create the QoS cgroups")
+	}
 	var wg sync.WaitGroup
+	if d := p.opts.Devices; d != nil {
+		d.Notify(p.NodeStatusChanged)
+		wg.Go(func() {
+			if err := d.Run(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Device plugins stopped")
+			}
+		})
+	}
+	// The kubelet's pod resources API: <rootDir>/pod-resources/kubelet.sock.
+	var held podresources.Devices
+	if d, ok := p.opts.Devices.(podresources.Devices); ok {
+		held = d
+	}
+	resources := podresources.New(filepath.Join(p.opts.RootDir, "pod-resources", "kubelet.sock"), p.GetPods, held)
+	wg.Go(func() {
+		if err := resources.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "The pod resources API stopped")
+		}
+	})
 	wg.Go(func() { p.runtime.run(ctx) })
 	wg.Go(func() { p.runtime.watchEvents(ctx) })
 	wg.Go(func() { p.listImages(ctx) })
@@ -231,6 +280,7 @@ func (p *Provider) Ping(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("container runtime reports no %s condition", want))
 		}
 	}
+	p.setHandlers(runtimeHandlers(st.GetRuntimeHandlers()))
 	if p.runtimeVersion() == "" {
 		if v, err := rs.Version(ctx, ""); err == nil {
 			p.mu.Lock()
@@ -240,6 +290,38 @@ func (p *Provider) Ping(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setHandlers keeps the runtime's handlers for the node's status, which is
+// reported at once when they change.
+func (p *Provider) setHandlers(handlers []corev1.NodeRuntimeHandler) {
+	p.mu.Lock()
+	changed := !equality.Semantic.DeepEqual(p.handlers, handlers)
+	p.handlers = handlers
+	p.mu.Unlock()
+	if changed {
+		p.NodeStatusChanged()
+	}
+}
+
+// runtimeHandlers are the runtime's handlers and their features as the
+// node's status lists them, as the kubelet does: the default handler
+// (named "") first, then by name.
+func runtimeHandlers(list []*runtimeapi.RuntimeHandler) []corev1.NodeRuntimeHandler {
+	var out []corev1.NodeRuntimeHandler
+	for _, h := range list {
+		out = append(out, corev1.NodeRuntimeHandler{Name: h.GetName(), Features: &corev1.NodeRuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: ptr.To(h.GetFeatures().GetRecursiveReadOnlyMounts()),
+			UserNamespaces:          ptr.To(h.GetFeatures().GetUserNamespaces()),
+		}})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if (out[i].Name == "") != (out[j].Name == "") {
+			return out[i].Name == ""
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
 }
 
 func (p *Provider) runtimeVersion() string {
@@ -258,10 +340,18 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	s.NodeInfo.ContainerRuntimeVersion = p.runtimeVersion()
 	p.mu.Lock()
 	s.Images = append([]corev1.ContainerImage(nil), p.images...)
+	s.RuntimeHandlers = append([]corev1.NodeRuntimeHandler(nil), p.handlers...)
 	p.mu.Unlock()
 	s.VolumesInUse = nil
 	if inUse := p.VolumesInUse(); len(inUse) > 0 {
 		s.VolumesInUse = inUse
+	}
+	if p.opts.Devices != nil {
+		capacity, allocatable := p.opts.Devices.Resources()
+		for name, q := range capacity {
+			s.Capacity[name] = q
+			s.Allocatable[name] = allocatable[name]
+		}
 	}
 }
 

@@ -60,6 +60,8 @@ type criRuntime struct {
 	runtimeName string
 
 	relistNow chan struct{}
+	// devices gives containers the devices they request; nil for none.
+	devices Devices
 	// listSeq numbers the lists of containers in the order they were
 	// asked for, so an older list never replaces a newer one.
 	listSeq atomic.Uint64
@@ -299,6 +301,10 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return nil, fmt.Errorf("pod log directory: %w", err)
 	}
+	if err := ensurePodCgroup(pod, r.node, cgroupFS); err != nil {
+		// The runtime still makes the cgroup, without the pod's limits.
+		klog.FromContext(ctx).Error(err, "Unable to set the pod's cgroup limits", "pod", klog.KObj(pod))
+	}
 	id, err := rs.RunPodSandbox(ctx, cfg, handler)
 	if err != nil {
 		return nil, err
@@ -327,21 +333,15 @@ func (r *criRuntime) EnsureSandbox(ctx context.Context, spec lifecycle.SandboxSp
 	return sb, nil
 }
 
-// cgroupParent is the pod's cgroup under nodelet's, by QoS class, in the
-// cgroupfs driver's form. The runtime creates it with the pod's first
-// sandbox; RemoveSandbox removes it.
+// cgroupParent is the pod's cgroup below the pods' (podsCgroup), by QoS
+// class, in the cgroupfs driver's form. The runtime creates it with the
+// pod's first sandbox; RemoveSandbox removes it.
 func cgroupParent(pod *corev1.Pod) string {
 	return podCgroup(podrules.QOSClass(pod), pod.UID)
 }
 
 func podCgroup(qos corev1.PodQOSClass, uid types.UID) string {
-	switch qos {
-	case corev1.PodQOSGuaranteed:
-		return "/nodelet/pod" + string(uid)
-	case corev1.PodQOSBurstable:
-		return "/nodelet/burstable/pod" + string(uid)
-	}
-	return "/nodelet/besteffort/pod" + string(uid)
+	return qosCgroup(qos) + "/pod" + string(uid)
 }
 
 // RemovePodCgroups removes the pod's cgroup (of whichever QoS class) from
@@ -369,12 +369,11 @@ func RemovePodCgroups(uid types.UID) error {
 }
 
 // RemoveQoSCgroups removes, from every hierarchy, the parents of the
-// pods' cgroups (podCgroup: /nodelet and its burstable and besteffort)
-// where nothing is left in them: what a test run or a teardown leaves once
-// every pod is removed. The runtime makes them again for the next pod's
-// sandbox. One still in use (another agent's pods, the process provider's
-// supervisors) stays, and none existing is no error; it never kills
-// anything.
+// pods' cgroups (podsCgroup and its burstable and besteffort, which
+// EnsureQOSCgroups made) where nothing is left in them: what a test run or
+// a teardown leaves once every pod is removed. The provider makes them
+// again at its next start. One still in use (another agent's pods) stays,
+// and none existing is no error; it never kills anything.
 func RemoveQoSCgroups() error {
 	hierarchies, err := mountinfo.CgroupHierarchies()
 	if err != nil {
@@ -382,7 +381,7 @@ func RemoveQoSCgroups() error {
 	}
 	var errs []error
 	for _, h := range hierarchies {
-		for _, dir := range []string{"/nodelet/burstable", "/nodelet/besteffort", "/nodelet"} {
+		for _, dir := range []string{qosCgroup(corev1.PodQOSBurstable), qosCgroup(corev1.PodQOSBestEffort), podsCgroup} {
 			err := syscall.Rmdir(filepath.Join(h, dir))
 			if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
 				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(h, dir), err))
@@ -439,6 +438,9 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.sandboxes, uid)
 	r.mu.Unlock()
+	if r.devices != nil {
+		r.devices.Release(uid)
+	}
 	if err := RemovePodCgroups(uid); err != nil {
 		return err
 	}

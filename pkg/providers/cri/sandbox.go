@@ -368,6 +368,13 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 	if err != nil {
 		return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 	}
+	if s.rt.devices != nil {
+		devices, err := s.rt.devices.Allocate(ctx, pod, c)
+		if err != nil {
+			return &lifecycle.WaitError{Reason: "UnexpectedAdmissionError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
+		}
+		withDevices(cfg, devices)
+	}
 	s.removeUnstarted(ctx, rs, c.Name, spec.Attempt)
 	id, err := rs.CreateContainer(ctx, s.id, cfg, sbCfg)
 	if err != nil {
@@ -494,7 +501,17 @@ func (s *criSandbox) UpdateResources(ctx context.Context, pod *corev1.Pod, c *co
 	if err != nil {
 		return err
 	}
-	return rs.UpdateContainerResources(ctx, running.id, &runtimeapi.ContainerResources{Linux: r})
+	// The pod's cgroup bounds its containers': it grows before the
+	// container does (a shrink fails then, the kernel refusing a pod quota
+	// under a container's) and shrinks after.
+	_ = ensurePodCgroup(pod, s.rt.node, cgroupFS)
+	if err := rs.UpdateContainerResources(ctx, running.id, &runtimeapi.ContainerResources{Linux: r}); err != nil {
+		return err
+	}
+	if err := ensurePodCgroup(pod, s.rt.node, cgroupFS); err != nil {
+		klog.FromContext(ctx).Error(err, "Unable to resize the pod's cgroup", "pod", klog.KObj(pod))
+	}
+	return nil
 }
 
 // running is the latest attempt of a running container, or an error that

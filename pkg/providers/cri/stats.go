@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -134,4 +135,48 @@ func criFilesystem(f *runtimeapi.FilesystemUsage) *statsv1alpha1.FsStats {
 		out.InodesUsed = &v.Value
 	}
 	return out
+}
+
+var _ provider.ContainerCgroupsProvider = (*Provider)(nil)
+
+// ContainerCgroups lists the running containers of the node's pods and
+// each pod's sandbox ("POD"), in the cgroups the runtime made for them
+// below the pod's (<pod cgroup>/<container ID>, containerd's cgroupfs
+// layout), with what each wrote to its writable layer.
+func (p *Provider) ContainerCgroups(ctx context.Context) ([]provider.ContainerCgroup, error) {
+	pods, err := p.GetPods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	written := map[string]*uint64{}
+	if rs, _, err := p.runtime.conn.services(ctx); err == nil {
+		if list, err := rs.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: nodeSelector(p.opts.NodeName)}); err == nil {
+			for _, s := range list {
+				if v := s.GetWritableLayer().GetUsedBytes(); v != nil {
+					written[s.GetAttributes().GetId()] = &v.Value
+				}
+			}
+		}
+	}
+	var out []provider.ContainerCgroup
+	for _, pod := range pods {
+		sb := p.runtime.sandbox(pod.UID)
+		if sb == nil {
+			continue
+		}
+		podCg := cgroupParent(pod)
+		out = append(out, provider.ContainerCgroup{Namespace: pod.Namespace, Pod: pod.Name, Container: "POD",
+			ID: sb.id, Cgroup: podCg + "/" + sb.id, StartTime: sb.created})
+		containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+		for _, c := range containers {
+			latest := sb.latest(c.Name)
+			if latest == nil || latest.status.State != lifecycle.StateRunning {
+				continue
+			}
+			out = append(out, provider.ContainerCgroup{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name,
+				ID: latest.id, Image: c.Image, Cgroup: podCg + "/" + latest.id, StartTime: latest.status.StartedAt,
+				WritableLayerBytes: written[latest.id]})
+		}
+	}
+	return out, nil
 }
