@@ -23,6 +23,8 @@ import (
 	"github.com/nodelet/nodelet/test/crienv"
 )
 
+// nodeName is the name of the cluster's first node; the others are
+// nodeName-2, nodeName-3 and so on.
 const nodeName = "nodelet-conformance"
 
 // cluster is one provider's fresh local cluster; stop undoes what start
@@ -36,9 +38,18 @@ type cluster struct {
 	host       string // the API server's URL
 	client     kubernetes.Interface
 	hostIP     string
-	rootDir    string
-	runtime    *crienv.Env
+	nodes      []*node
 	stops      []func() error
+}
+
+// node is one nodelet of the cluster and what it alone uses: its root
+// directory, its kubelet API port and, on cri, its own containerd (with
+// its own bridge and pod subnet).
+type node struct {
+	name    string
+	rootDir string
+	port    int
+	runtime *crienv.Env
 }
 
 func (c *cluster) onStop(f func() error) { c.stops = append(c.stops, f) }
@@ -57,7 +68,7 @@ func (c *cluster) stop() error {
 // and for the e2e suite CoreDNS and kube-proxy. On error what was started
 // is stopped.
 func startCluster(ctx context.Context, o options, provider, dir string) (c *cluster, err error) {
-	c = &cluster{dir: dir, bin: o.bin, provider: provider, suite: o.suite, rootDir: filepath.Join(dir, "nodelet")}
+	c = &cluster{dir: dir, bin: o.bin, provider: provider, suite: o.suite}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.stop())
@@ -66,28 +77,42 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 	if err := c.startControlPlane(ctx); err != nil {
 		return c, err
 	}
-	// The node's address is the one the API server advertises to pods.
+	// The nodes' address is the one the API server advertises to pods.
 	if c.hostIP, err = clusteraddons.APIServerAddress(ctx, c.client); err != nil {
 		return c, err
 	}
-	var nodeArgs []string
-	if o.suite == suiteNode {
-		if nodeArgs, err = c.prepareNodeSuite(); err != nil {
-			return c, err
-		}
-	}
+	var registry string
 	if provider == "cri" {
-		if err := c.startRuntime(ctx, o.images); err != nil {
+		if registry, err = c.startRegistry(ctx, o.images); err != nil {
 			return c, err
 		}
-		nodeArgs = append(nodeArgs, "--container-runtime-endpoint", c.runtime.Endpoint())
-		if o.suite != suiteNode {
-			nodeArgs = append(nodeArgs, "--pod-logs-dir", filepath.Join(dir, "logs", "pods"))
-		}
 	}
-	nodeArgs = append(nodeArgs, "--port", strconv.Itoa(o.kubeletPort))
-	if err := c.startNode(ctx, nodeArgs); err != nil {
-		return c, err
+	for i := range o.nodes {
+		n := &node{name: nodeName, rootDir: filepath.Join(dir, "nodelet"), port: o.kubeletPort + i}
+		if i > 0 {
+			n.name = fmt.Sprintf("%s-%d", nodeName, i+1)
+			n.rootDir = filepath.Join(dir, n.name)
+		}
+		var nodeArgs []string
+		if o.suite == suiteNode {
+			if nodeArgs, err = c.prepareNodeSuite(n); err != nil {
+				return c, err
+			}
+		}
+		if provider == "cri" {
+			if n.runtime, err = c.startRuntime(ctx, registry); err != nil {
+				return c, err
+			}
+			nodeArgs = append(nodeArgs, "--container-runtime-endpoint", n.runtime.Endpoint())
+			if o.suite != suiteNode {
+				nodeArgs = append(nodeArgs, "--pod-logs-dir", filepath.Join(dir, "logs", "pods", n.name))
+			}
+		}
+		nodeArgs = append(nodeArgs, "--port", strconv.Itoa(n.port))
+		if err := c.startNode(ctx, n, nodeArgs); err != nil {
+			return c, err
+		}
+		c.nodes = append(c.nodes, n)
 	}
 	// The node suite needs no cluster DNS or Service proxy, as upstream's
 	// node e2e runs without them: its pods resolve with the node's
@@ -119,52 +144,57 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 	return err
 }
 
-// startRuntime runs the registry of make images on loopback and a private
-// containerd that mirrors registry.k8s.io and docker.io to it.
-func (c *cluster) startRuntime(ctx context.Context, images string) error {
+// startRegistry runs the registry of make images on loopback and returns
+// its address.
+func (c *cluster) startRegistry(ctx context.Context, images string) (string, error) {
 	ready := filepath.Join(c.dir, "registry-addr")
 	if err := c.daemon("registry", filepath.Join(c.bin, "images"), "serve", "--dir", images,
 		"--listen", "127.0.0.1:0", "--ready-file", ready); err != nil {
-		return err
+		return "", err
 	}
 	addr, err := waitFile(ctx, ready, time.Minute)
 	if err != nil {
-		return fmt.Errorf("registry: %w (log %s)", err, c.logPath("registry"))
+		return "", fmt.Errorf("registry: %w (log %s)", err, c.logPath("registry"))
 	}
-	env, err := crienv.Start(ctx, crienv.Options{BinDir: c.bin, Mirror: "http://" + addr})
-	if err != nil {
-		return err
-	}
-	c.runtime = env
-	c.onStop(env.Stop)
-	return nil
+	return addr, nil
 }
 
-func (c *cluster) startNode(ctx context.Context, extra []string) error {
+// startRuntime runs a private containerd that mirrors registry.k8s.io and
+// docker.io to the registry.
+func (c *cluster) startRuntime(ctx context.Context, registry string) (*crienv.Env, error) {
+	env, err := crienv.Start(ctx, crienv.Options{BinDir: c.bin, Mirror: "http://" + registry})
+	if err != nil {
+		return nil, err
+	}
+	c.onStop(env.Stop)
+	return env, nil
+}
+
+func (c *cluster) startNode(ctx context.Context, n *node, extra []string) error {
 	ca := filepath.Join(filepath.Dir(c.kubeconfig), "pki", "ca.crt")
 	// The node joins as a kubelet does: with the control plane's bootstrap
 	// token, then as system:node:<name> under NodeRestriction.
 	bootstrap := filepath.Join(filepath.Dir(c.kubeconfig), "bootstrap.kubeconfig")
-	args := append([]string{"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(c.rootDir, "kubeconfig"),
-		"--node-name", nodeName, "--provider", c.provider,
-		"--root-dir", c.rootDir, "--client-ca-file", ca, "--address", c.hostIP,
+	args := append([]string{"--bootstrap-kubeconfig", bootstrap, "--kubeconfig", filepath.Join(n.rootDir, "kubeconfig"),
+		"--node-name", n.name, "--provider", c.provider,
+		"--root-dir", n.rootDir, "--client-ca-file", ca, "--address", c.hostIP,
 		"--cluster-dns", clusteraddons.DNSServiceIP, "--cluster-domain", clusteraddons.DNSDomain,
 		// Memory is the only eviction signal: the node's disk is the
 		// host's, shared with the builds and everything else the machine
 		// runs, and a kubelet's 10-15% free default would make the run's
 		// outcome the machine's fill level.
 		"--eviction-hard=memory.available<100Mi"}, extra...)
-	if err := c.daemon("nodelet", filepath.Join(c.bin, "nodelet"), args...); err != nil {
+	if err := c.daemon(n.name, filepath.Join(c.bin, "nodelet"), args...); err != nil {
 		return err
 	}
-	c.onStop(c.deleteNode)
-	c.onStop(c.drain)
+	c.onStop(func() error { return c.deleteNode(n) })
+	c.onStop(func() error { return c.drain(n) })
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		got, err := c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		for _, cond := range n.Status.Conditions {
+		for _, cond := range got.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				return cond.Status == corev1.ConditionTrue, nil
 			}
@@ -172,7 +202,7 @@ func (c *cluster) startNode(ctx context.Context, extra []string) error {
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("node %s not Ready: %w (log %s)", nodeName, err, c.logPath("nodelet"))
+		return fmt.Errorf("node %s not Ready: %w (log %s)", n.name, err, c.logPath(n.name))
 	}
 	return nil
 }
@@ -180,10 +210,10 @@ func (c *cluster) startNode(ctx context.Context, extra []string) error {
 // drain deletes every pod still on the node (an interrupted suite leaves
 // some) and waits until the agent has torn them down, before the agent
 // stops: a stopped agent leaves its pods running by design.
-func (c *cluster) drain() error {
+func (c *cluster) drain(n *node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	opts := metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName}
+	opts := metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name}
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		pods, err := c.client.CoreV1().Pods("").List(ctx, opts)
 		if err != nil {
@@ -194,32 +224,33 @@ func (c *cluster) drain() error {
 				_ = c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)})
 			}
 		}
-		mounts, err := mountinfo.Under(c.rootDir)
+		mounts, err := mountinfo.Under(n.rootDir)
 		return len(pods.Items) == 0 && err == nil && len(mounts) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("drain node %s: %w", nodeName, err)
+		return fmt.Errorf("drain node %s: %w", n.name, err)
 	}
 	return nil
 }
 
 // deleteNode removes the Node object once its agent has stopped, so a
 // later run starts from none.
-func (c *cluster) deleteNode() error {
-	err := c.client.CoreV1().Nodes().Delete(context.Background(), nodeName, metav1.DeleteOptions{})
+func (c *cluster) deleteNode(n *node) error {
+	err := c.client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err
 }
 
-// startAddons runs CoreDNS and kube-proxy for the node; they stop, and
-// kube-proxy's rules go, when the cluster stops.
+// startAddons runs CoreDNS and one kube-proxy for the nodes, which share
+// the host and so its iptables; they stop, and kube-proxy's rules go, when
+// the cluster stops.
 func (c *cluster) startAddons(ctx context.Context) error {
 	opts := clusteraddons.Options{BinDir: c.bin, Dir: filepath.Join(c.dir, "addons"), Kubeconfig: c.kubeconfig,
-		NodeName: nodeName, HostIP: c.hostIP}
-	if c.runtime != nil {
-		opts.ClusterCIDR = c.runtime.Subnet()
+		NodeName: c.nodes[0].name, HostIP: c.hostIP}
+	if c.nodes[0].runtime != nil {
+		opts.ClusterCIDR = crienv.Subnets
 	}
 	a, err := clusteraddons.Start(ctx, opts)
 	if err != nil {

@@ -1,8 +1,9 @@
-// Command conformance runs Kubernetes' own conformance tests against one
-// nodelet node per provider, each on a fresh local cluster: bin/controlplane
-// up, the registry of make images and a private containerd (cri), CoreDNS
-// and kube-proxy as host processes, then the suite through ginkgo in
-// parallel. The suite is e2e.test of k8s.io/kubernetes v1.36.3 (--suite
+// Command conformance runs Kubernetes' own conformance tests against
+// nodelet nodes of each provider, on a fresh local cluster per provider:
+// bin/controlplane up, the registry of make images and a private
+// containerd per node (cri), the nodes (two for e2e.test, one for the node
+// suite), CoreDNS and kube-proxy as host processes, then the suite through
+// ginkgo in parallel. The suite is e2e.test of k8s.io/kubernetes v1.36.3 (--suite
 // e2e, make conformance) or its node conformance test, e2e_node.test in
 // --conformance mode (--suite node, make node-conformance); package
 // test/conformance selects their specs. It writes a JUnit report and a
@@ -46,7 +47,10 @@ type options struct {
 	procsProc int
 	focus     string
 	skip      string
-	// kubeletPort is the node's kubelet API port.
+	// nodes is how many nodelet nodes the cluster has.
+	nodes int
+	// kubeletPort is the first node's kubelet API port; the others take
+	// the ports after it.
 	kubeletPort int
 	timeout     time.Duration
 }
@@ -63,7 +67,8 @@ func run() error {
 	flag.StringVar(&o.focus, "focus", "", "extra --ginkgo.focus regexp, ANDed with the conformance selection (empty: all of it)")
 	flag.StringVar(&o.skip, "skip", "", "extra --ginkgo.skip regexp, ORed with the listed skips")
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "ginkgo's timeout for one provider's run")
-	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the node's kubelet API port (the kubelet's 10250; another lets a run share the host with a node that has it, as the node suite's selection never reaches the port but through the API server)")
+	flag.IntVar(&o.nodes, "nodes", 0, "nodelet nodes in the cluster, each with its own containerd on cri (0: the suite's: 2 for e2e, as certification needs two schedulable nodes; 1 for node, which tests one)")
+	flag.IntVar(&o.kubeletPort, "kubelet-port", 10250, "the first node's kubelet API port, the others' the ports after it (the kubelet's 10250; another lets a run share the host with a node that has it, as the node suite's selection never reaches the port but through the API server)")
 	summarize := flag.Bool("summarize", false, "only write the summary from the reports under --out, and print it")
 	flag.Parse()
 	if *summarize {
@@ -76,6 +81,16 @@ func run() error {
 	}
 	if o.suite != suiteE2E && o.suite != suiteNode {
 		return fmt.Errorf("--suite: unknown suite %q (want %s or %s)", o.suite, suiteE2E, suiteNode)
+	}
+	switch {
+	case o.nodes < 0:
+		return fmt.Errorf("--nodes: %d, want 0 (the suite's) or more", o.nodes)
+	case o.nodes == 0 && o.suite == suiteE2E:
+		o.nodes = 2
+	case o.nodes == 0:
+		o.nodes = 1
+	case o.nodes > 1 && o.suite == suiteNode:
+		return fmt.Errorf("--nodes: %d, but the node suite tests one node", o.nodes)
 	}
 	o.providers = strings.Split(*providers, ",")
 	for _, p := range o.providers {

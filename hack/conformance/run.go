@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
 	"github.com/nodelet/nodelet/test/conformance"
+	"github.com/nodelet/nodelet/test/crienv"
 )
 
 // report is one provider's run, kept as report.json beside its JUnit
@@ -48,7 +49,7 @@ func (r report) line() string {
 	return s
 }
 
-// runProvider runs the suite against a fresh cluster with one node of the
+// runProvider runs the suite against a fresh cluster with nodes of the
 // provider.
 func runProvider(ctx context.Context, o options, provider string) (*report, error) {
 	dir := filepath.Join(o.out, provider)
@@ -168,20 +169,22 @@ func (c *cluster) listLeft(ctx context.Context) []string {
 			left = append(left, "pod "+p.Namespace+"/"+p.Name)
 		}
 	}
-	if c.runtime != nil {
-		sandboxes, containers, err := c.runtimeObjects(ctx)
-		if err != nil {
-			left = append(left, fmt.Sprintf("sandboxes and containers unknown (list: %v)", err))
+	for _, n := range c.nodes {
+		if n.runtime != nil {
+			sandboxes, containers, err := runtimeObjects(ctx, n.runtime)
+			if err != nil {
+				left = append(left, fmt.Sprintf("%s: sandboxes and containers unknown (list: %v)", n.name, err))
+			}
+			left = append(left, sandboxes...)
+			left = append(left, containers...)
 		}
-		left = append(left, sandboxes...)
-		left = append(left, containers...)
-	}
-	mounts, err := mountinfo.Under(c.rootDir)
-	if err != nil {
-		left = append(left, fmt.Sprintf("mounts unknown (read: %v)", err))
-	}
-	for _, m := range mounts {
-		left = append(left, "mount "+m)
+		mounts, err := mountinfo.Under(n.rootDir)
+		if err != nil {
+			left = append(left, fmt.Sprintf("%s: mounts unknown (read: %v)", n.name, err))
+		}
+		for _, m := range mounts {
+			left = append(left, "mount "+m)
+		}
 	}
 	if c.suite == suiteNode {
 		left = append(left, c.nodeSuiteLeft()...)
@@ -189,8 +192,8 @@ func (c *cluster) listLeft(ctx context.Context) []string {
 	return left
 }
 
-func (c *cluster) runtimeObjects(ctx context.Context) (sandboxes, containers []string, err error) {
-	rt := c.runtime.RuntimeClient()
+func runtimeObjects(ctx context.Context, env *crienv.Env) (sandboxes, containers []string, err error) {
+	rt := env.RuntimeClient()
 	sb, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return nil, nil, err
@@ -215,14 +218,14 @@ type latency struct {
 	P50, P99 time.Duration
 }
 
-// watchPodStarts watches every pod of the node until the returned function
-// is called, which gives the distribution of creation → Running.
+// watchPodStarts watches every pod until the returned function is called,
+// which gives the distribution of creation → Running. Every pod of the
+// cluster runs on its nodes (CoreDNS is a host process).
 func watchPodStarts(ctx context.Context, c *cluster) func() latency {
 	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	seen := map[string]time.Duration{}
-	factory := informers.NewSharedInformerFactoryWithOptions(c.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + nodeName }))
+	factory := informers.NewSharedInformerFactory(c.client, 0)
 	record := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
 		if !ok || p.Status.Phase != corev1.PodRunning {

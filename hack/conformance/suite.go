@@ -38,11 +38,11 @@ func (c *cluster) suiteFor(ctx context.Context, o options, kubectl string) (suit
 		Kubeconfig:     c.kubeconfig,
 		ReportDir:      c.dir,
 		KubectlPath:    kubectl,
-		KubeletRootDir: c.rootDir,
+		KubeletRootDir: c.nodes[0].rootDir,
 		DNSDomain:      clusteraddons.DNSDomain,
 	}
-	if c.runtime != nil {
-		e2eOpts.RuntimeEndpoint = c.runtime.Endpoint()
+	if c.nodes[0].runtime != nil {
+		e2eOpts.RuntimeEndpoint = c.nodes[0].runtime.Endpoint()
 	}
 	return suiteRun{binary: filepath.Join(o.bin, "e2e.test"), focus: conformance.Focus,
 		skip: conformance.SkipRegexp(), args: conformance.E2EArgs(e2eOpts)}, nil
@@ -70,13 +70,13 @@ func (c *cluster) nodeSuite(ctx context.Context, o options, kubectl string) (sui
 	nodeOpts := conformance.NodeOptions{
 		Host:        c.host,
 		BearerToken: token,
-		NodeName:    nodeName,
+		NodeName:    c.nodes[0].name,
 		ReportDir:   c.dir,
 		KubectlPath: kubectl,
 		DNSDomain:   clusteraddons.DNSDomain,
 	}
-	if c.runtime != nil {
-		nodeOpts.RuntimeEndpoint = c.runtime.Endpoint()
+	if c.nodes[0].runtime != nil {
+		nodeOpts.RuntimeEndpoint = c.nodes[0].runtime.Endpoint()
 	}
 	return suiteRun{binary: link, focus: conformance.NodeFocus, skip: conformance.NodeSkipRegexp(),
 		args: conformance.NodeE2EArgs(nodeOpts)}, nil
@@ -145,7 +145,7 @@ const (
 // read-only port 10255, container logs under /var/log/pods. The
 // directories must be empty, and go when the cluster stops (the root
 // directory only once nothing is mounted below it).
-func (c *cluster) prepareNodeSuite() ([]string, error) {
+func (c *cluster) prepareNodeSuite(n *node) ([]string, error) {
 	for _, d := range []string{kubeletRootDir, podLogsDir, containerLogsDir} {
 		entries, err := os.ReadDir(d)
 		if err == nil && len(entries) > 0 {
@@ -158,7 +158,7 @@ func (c *cluster) prepareNodeSuite() ([]string, error) {
 			return os.RemoveAll(d)
 		})
 	}
-	c.rootDir = kubeletRootDir
+	n.rootDir = kubeletRootDir
 	if _, err := os.Lstat(rootfs); errors.Is(err, os.ErrNotExist) {
 		if err := os.Symlink("/", rootfs); err != nil {
 			return nil, fmt.Errorf("the host's root at %s: %w", rootfs, err)

@@ -66,7 +66,7 @@ func TestListLeftCountsWhatItCannotList(t *testing.T) {
 	client.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("connection refused")
 	})
-	c := &cluster{client: client, rootDir: t.TempDir()}
+	c := &cluster{client: client, nodes: []*node{{name: nodeName, rootDir: t.TempDir()}}}
 	left := c.listLeft(context.Background())
 	if len(left) != 2 || !strings.HasPrefix(left[0], "namespaces unknown") || !strings.HasPrefix(left[1], "pods unknown") {
 		t.Errorf("left %q, want the namespaces and pods unknown", left)

@@ -82,6 +82,11 @@ type network struct {
 // newNetwork names the slot's network and parses its subnet (the slot's
 // default one when subnet is empty), which must not overlap an address of
 // the host.
+// Subnets is the range of every slot's default pod subnet,
+// 10.213.<slot>.0/24: the cluster's pod range where several environments
+// are one cluster's nodes.
+const Subnets = "10.213.0.0/16"
+
 func newNetwork(index int, subnet string) (network, error) {
 	if subnet == "" {
 		subnet = fmt.Sprintf("10.213.%d.0/24", index)
