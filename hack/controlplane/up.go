@@ -102,14 +102,17 @@ func (o *upOptions) run(ctx context.Context) error {
 		if _, err := exec.LookPath(ms.path); err != nil {
 			return fmt.Errorf("--metrics-server: %w", err)
 		}
-		if err := certs.ensureFrontProxy(); err != nil {
-			return err
-		}
 		if ms.ip = advertise; advertise.IsLoopback() {
 			if ms.ip, err = hostIPv4(); err != nil {
 				return err
 			}
 		}
+	}
+	// The aggregator is always configured, as kubeadm configures it: any
+	// extension API server a user runs (the conformance suite's sample
+	// API server among them) trusts the front proxy's headers.
+	if err := certs.ensureFrontProxy(); err != nil {
+		return err
 	}
 	if err := writeKubeconfig(kubeconfig, server, certs); err != nil {
 		return fmt.Errorf("write %s: %w", kubeconfig, err)
@@ -163,9 +166,7 @@ func (o *upOptions) run(ctx context.Context) error {
 	}
 	apiArgs = append(apiArgs, advertiseArgs(advertise)...)
 	apiArgs = append(apiArgs, bootstrapAPIServerArgs()...)
-	if ms.path != "" {
-		apiArgs = append(apiArgs, aggregatorArgs(certs)...)
-	}
+	apiArgs = append(apiArgs, aggregatorArgs(certs)...)
 	if err := g.start("apiserver", append(apiArgs, o.extraAPIServerArgs...)...); err != nil {
 		return err
 	}

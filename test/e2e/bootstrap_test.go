@@ -179,6 +179,16 @@ func TestClientCertificateRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A control plane without metrics-server still configures its
+	// aggregator, as kubeadm does: an extension API server a user runs
+	// (the conformance suite's sample API server) trusts the front proxy.
+	auth, err := c.CoreV1().ConfigMaps("kube-system").Get(context.Background(), "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth.Data["requestheader-client-ca-file"] == "" {
+		t.Errorf("extension-apiserver-authentication has no requestheader-client-ca-file: the aggregator is not configured")
+	}
 
 	node := uniqueName(t)
 	rootDir := t.TempDir()
