@@ -72,11 +72,11 @@ func skipRegexp(skips []Skip) string {
 
 // Smoke are the specs of the smoke set that make test runs (package
 // test/e2e): pods, configmap/secret/downward API volumes, probes, init
-// containers, logs and exec, a Deployment rolling out (apps) and kubectl
-// logs through the node (cli). The auth and network specs (OIDC discovery,
-// DNS for Services) pass in make conformance's cluster but fail in the e2e
-// cluster, where the API server's proxy to the pod answers 404; they wait
-// until that is found. Each is matched as a
+// containers, logs and exec, and one spec of each group beyond
+// test/e2e/common: a Deployment rolling out (apps), kubectl logs through
+// the node (cli), a pod reading the API server's OIDC discovery through
+// the kubernetes Service with its token (auth), pods resolving Services
+// through the cluster's DNS (network). Each is matched as a
 // literal substring of the spec's text, over the whole suite.
 var Smoke = []string{
 	"Pods should be submitted and removed",
@@ -93,6 +93,8 @@ var Smoke = []string{
 	"Container Runtime blackbox test on terminated container should report termination message from log output if TerminationMessagePolicy FallbackToLogsOnError is set",
 	"[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones",
 	"[sig-cli] Kubectl logs logs should be able to retrieve and filter logs",
+	"[sig-auth] ServiceAccounts ServiceAccountIssuerDiscovery should support OIDC discovery of service account issuer",
+	"[sig-network] DNS should provide DNS for services",
 }
 
 // SmokeFocus is the --ginkgo.focus of the smoke set.

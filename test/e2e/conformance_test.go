@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
 )
 
@@ -19,14 +20,18 @@ import (
 // tests (e2e.test of k8s.io/kubernetes; make conformance runs them all)
 // against a cri node: pods, configmap, secret and downward API volumes,
 // probes, init containers, logs and exec, a Deployment's rollout and
-// kubectl logs (conformance.Smoke says which). It is not parallel, so while it
+// kubectl logs, OIDC discovery through the kubernetes Service and DNS for
+// Services (conformance.Smoke says which), with the cluster's DNS, CoreDNS
+// and kube-proxy as make run has them. It is not parallel, so while it
 // runs its node is the only one the suite's pods can land on.
 func TestConformanceSmoke(t *testing.T) {
 	e2eTest := filepath.Join(root, "bin", "e2e.test")
 	if _, err := os.Stat(e2eTest); err != nil {
 		t.Fatalf("%s missing: make bin/e2e.test builds it", e2eTest)
 	}
-	c := startCRINodelet(t, "conformance-smoke")
+	const node = "conformance-smoke"
+	c := startCRINodelet(t, node, "--cluster-dns", clusteraddons.DNSServiceIP, "--cluster-domain", clusteraddons.DNSDomain)
+	startAddons(t, node, c.env.Subnet())
 	dir := t.TempDir()
 	kubectl := filepath.Join(dir, "kubectl")
 	script := fmt.Sprintf("#!/bin/sh\nexec %q kubectl \"$@\"\n", filepath.Join(root, "bin", "controlplane"))
@@ -43,6 +48,7 @@ func TestConformanceSmoke(t *testing.T) {
 		KubectlPath:     kubectl,
 		RuntimeEndpoint: c.env.Endpoint(),
 		KubeletRootDir:  c.rootDir,
+		DNSDomain:       clusteraddons.DNSDomain,
 	})...)
 	cmd := exec.Command(e2eTest, args...)
 	cmd.SysProcAttr = stopWithParent()
@@ -55,7 +61,7 @@ func TestConformanceSmoke(t *testing.T) {
 	// The suite deletes its namespaces as it goes; their pods must be gone
 	// from the node before the agent stops, or the leak check finds them.
 	eventually(t, 3*time.Minute, "the suite's pods gone from the node", func() (bool, string) {
-		pods, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=conformance-smoke"})
+		pods, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 		if err != nil {
 			return false, err.Error()
 		}
