@@ -270,12 +270,16 @@ func (s *fakeSandbox) UpdateResources(_ context.Context, _ *corev1.Pod, c *corev
 	return nil
 }
 
-// ExecSync runs nothing: "fail" exits 1, and "hook" (a hook's command)
-// is recorded.
-func (s *fakeSandbox) ExecSync(_ context.Context, container string, argv []string) ([]byte, int, error) {
+// ExecSync runs nothing: "fail" exits 1, "hook" (a hook's command) is
+// recorded, and "forever" runs until its context ends, recorded then.
+func (s *fakeSandbox) ExecSync(ctx context.Context, container string, argv []string) ([]byte, int, error) {
 	switch argv[0] {
 	case "fail":
 		return nil, 1, nil
+	case "forever":
+		<-ctx.Done()
+		s.rt.record("forever ended " + container)
+		return nil, 137, ctx.Err()
 	case "hook":
 		s.rt.record("hook " + container)
 		s.rt.hooksBegun.Add(1)

@@ -94,18 +94,23 @@ func (w *podWorker) stopContainer(ctx context.Context, sb Sandbox, c *corev1.Con
 	graced := deadline.After(w.deps.clock.Now())
 	w.event(corev1.EventTypeNormal, "Killing", "%s", why)
 	if h := lifecycleHandler(c, false); hooks && h != nil && deadline.After(w.deps.clock.Now()) {
-		hctx, cancel := context.WithDeadline(ctx, deadline)
-		go func() {
-			select {
-			case <-w.terminateImmediately:
-				cancel()
-			case <-hctx.Done():
+		// The hook is waited for until the deadline, but runs on until the
+		// container stops, as the kubelet runs it (no timeout of its own):
+		// one that never exits ends with its container.
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		failed := make(chan error, 1)
+		go func() { failed <- probe.RunHandler(hctx, h, w.target(c)) }()
+		select {
+		case err := <-failed:
+			if err != nil && hctx.Err() == nil {
+				w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
 			}
-		}()
-		if err := probe.RunHandler(hctx, h, w.target(c)); err != nil && hctx.Err() == nil {
-			w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+		case <-w.terminateImmediately:
+			cancel()
+		case <-ctx.Done():
+		case <-w.deps.clock.After(max(deadline.Sub(w.deps.clock.Now()), 0)):
 		}
-		cancel()
 	}
 	select {
 	case <-turn:

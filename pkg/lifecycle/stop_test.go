@@ -128,3 +128,33 @@ func TestLateTurnsGetTheMinimumGracePeriod(t *testing.T) {
 		}
 	}
 }
+
+// A preStop hook that never exits keeps running past the grace period
+// until its container is stopped, as the kubelet runs it (ExecSync without
+// a timeout): the container's SIGKILL ends it, 2 seconds after the grace
+// period, not the grace period itself (the node e2e suite's "should
+// terminate sidecars simultaneously if prestop doesn't exit").
+func TestPreStopHookRunsUntilTheContainerStops(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	app := corev1.Container{Name: "app", Image: "i", Lifecycle: &corev1.Lifecycle{
+		PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"forever"}}}}}
+	pod := testPod("forever", corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{app}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "running", func() (bool, string) {
+		return len(f.rt.recorded()) == 1, fmt.Sprint(f.rt.recorded())
+	})
+	if err := f.m.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod gone", func() (bool, string) {
+		pods, err := f.m.GetPods(context.Background())
+		return err == nil && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
+	})
+	got := f.rt.recorded()
+	stop, ended := slices.Index(got, "stop app"), slices.Index(got, "forever ended app")
+	if stop < 0 || ended < stop {
+		t.Errorf("the hook ended at %d, before its container stopped (%d): %v", ended, stop, got)
+	}
+}
