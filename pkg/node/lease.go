@@ -31,10 +31,12 @@ func (c *Controller) renewLease(ctx context.Context, n *nodeState) (time.Duratio
 		return c.opts.RenewInterval, nil
 	}
 
-	// A write held up longer than the lease's duration (the API server
-	// waiting for etcd) would land with a renewTime that has already
-	// expired: give up on it and write a fresh one.
-	ctx, cancel := context.WithTimeout(ctx, c.opts.LeaseDuration)
+	// A renewal gets one renew interval, as the kubelet's heartbeat client
+	// gets its status update frequency: one held up (a connection the
+	// API server's restart left hanging, the API server waiting for etcd)
+	// is abandoned and retried afresh, rather than landing late with a
+	// renewTime that has expired, or never.
+	ctx, cancel := context.WithTimeout(ctx, c.opts.RenewInterval)
 	defer cancel()
 	leases := c.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(c.opts.Clock.Now())
