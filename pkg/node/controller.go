@@ -401,6 +401,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddRateLimited(key)
 		return true
 	}
+	if retries := c.queue.NumRequeues(key); retries > 0 {
+		// Its first failure was logged: say when it ended.
+		logger.Info("Node task succeeded again", "retries", retries)
+	}
 	c.queue.Forget(key)
 	if next > 0 {
 		c.queue.AddAfter(key, c.jitter(next))
