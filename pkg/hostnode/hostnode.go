@@ -227,12 +227,13 @@ func SetCondition(s *corev1.NodeStatus, typ corev1.NodeConditionType, status cor
 	s.Conditions = append(s.Conditions, corev1.NodeCondition{Type: typ, Status: status, Reason: reason, Message: msg})
 }
 
-// appArmorEnabledFile says whether the kernel enforces AppArmor ("Y").
-const appArmorEnabledFile = "/sys/module/apparmor/parameters/enabled"
-
 // AppArmorEnabled tells whether the host enforces AppArmor profiles, as
-// the kubelet asks the kernel.
-func AppArmorEnabled() bool {
-	data, err := os.ReadFile(appArmorEnabledFile)
+// the kubelet finds out: AppArmor's securityfs directory exists and the
+// module says "Y". It is read once.
+var AppArmorEnabled = sync.OnceValue(func() bool {
+	if _, err := os.Stat("/sys/kernel/security/apparmor"); err != nil {
+		return false
+	}
+	data, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	return err == nil && len(data) > 0 && data[0] == 'Y'
-}
+})

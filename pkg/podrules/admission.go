@@ -107,13 +107,16 @@ func AdmitOS(pod *corev1.Pod) *Refusal {
 // profile (other than unconfined, in a security context or the deprecated
 // annotation) on a node that cannot enforce one; nil admits it.
 func AdmitAppArmor(pod *corev1.Pod, enforced bool) *Refusal {
-	if enforced || !requiresAppArmor(pod) {
+	if enforced || !RequiresAppArmor(pod) {
 		return nil
 	}
 	return refuse("AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
 }
 
-func requiresAppArmor(pod *corev1.Pod) bool {
+// RequiresAppArmor tells whether the pod asks for an AppArmor profile
+// other than unconfined: on itself, a container (ephemeral ones too) or
+// in the deprecated annotations.
+func RequiresAppArmor(pod *corev1.Pod) bool {
 	confined := func(p *corev1.AppArmorProfile) bool {
 		return p != nil && p.Type != corev1.AppArmorProfileTypeUnconfined
 	}
@@ -125,6 +128,11 @@ func requiresAppArmor(pod *corev1.Pod) bool {
 			if c.SecurityContext != nil && confined(c.SecurityContext.AppArmorProfile) {
 				return true
 			}
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.SecurityContext != nil && confined(c.SecurityContext.AppArmorProfile) {
+			return true
 		}
 	}
 	for k, v := range pod.Annotations {

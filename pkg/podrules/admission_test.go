@@ -80,6 +80,8 @@ func TestAdmitAppArmor(t *testing.T) {
 		{"pod level", &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{AppArmorProfile: runtimeDefault.AppArmorProfile}}}, false, true},
 		{"annotation", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
 			corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": corev1.DeprecatedAppArmorBetaProfileRuntimeDefault}}}, false, true},
+		{"ephemeral container", &corev1.Pod{Spec: corev1.PodSpec{EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", SecurityContext: runtimeDefault}}}}}, false, true},
 		{"annotation unconfined", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
 			corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": corev1.DeprecatedAppArmorBetaProfileNameUnconfined}}}, false, false},
 	} {

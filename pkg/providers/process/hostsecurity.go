@@ -2,64 +2,10 @@ package process
 
 import (
 	"bufio"
-	"bytes"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nodelet/nodelet/pkg/provider"
 )
-
-// appArmorEnabled tells whether the host enforces AppArmor, as the kubelet
-// finds out: its securityfs directory exists and the module says so.
-var appArmorEnabled = sync.OnceValue(func() bool {
-	if _, err := os.Stat("/sys/kernel/security/apparmor"); err != nil {
-		return false
-	}
-	data, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
-	return err == nil && bytes.HasPrefix(data, []byte("Y"))
-})
-
-// admitAppArmor refuses, as the kubelet's admission does, a pod that asks
-// for an AppArmor profile other than Unconfined (on the pod, a container,
-// or the deprecated annotations) on a host without AppArmor: the pod fails
-// with reason AppArmor.
-func admitAppArmor(pod *corev1.Pod, enabled bool) error {
-	if enabled || !wantsAppArmor(pod) {
-		return nil
-	}
-	return provider.Reject("AppArmor", "Cannot enforce AppArmor: %v", errAppArmorDisabled)
-}
-
-func wantsAppArmor(pod *corev1.Pod) bool {
-	confined := func(p *corev1.AppArmorProfile) bool {
-		return p != nil && p.Type != corev1.AppArmorProfileTypeUnconfined
-	}
-	if sc := pod.Spec.SecurityContext; sc != nil && confined(sc.AppArmorProfile) {
-		return true
-	}
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			if c.SecurityContext != nil && confined(c.SecurityContext.AppArmorProfile) {
-				return true
-			}
-		}
-	}
-	for _, c := range pod.Spec.EphemeralContainers {
-		if c.SecurityContext != nil && confined(c.SecurityContext.AppArmorProfile) {
-			return true
-		}
-	}
-	for k, v := range pod.Annotations {
-		if strings.HasPrefix(k, corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && v != corev1.DeprecatedAppArmorBetaProfileNameUnconfined {
-			return true
-		}
-	}
-	return false
-}
 
 // hostUsers reads the account of uid from the host's /etc/passwd and the
 // groups that list its name from /etc/group, as a runtime reads the

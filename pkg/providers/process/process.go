@@ -69,9 +69,6 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 		if err := admitImageVolumes(pod); err != nil {
 			return err
 		}
-		if err := admitAppArmor(pod, appArmorEnabled()); err != nil {
-			return err
-		}
 		if opts.Admit != nil {
 			return opts.Admit(pod)
 		}
@@ -80,7 +77,7 @@ func New(sandboxes *sandbox.Manager, parts lifecycle.Parts, opts Options) (*Prov
 	m, err := lifecycle.New(parts, lifecycle.Options{
 		NodeName: opts.NodeName, Address: opts.Address, RootDir: opts.RootDir,
 		Allocatable: host.Allocatable, Clock: opts.Clock, CleanUpPeriod: opts.CleanUpPeriod,
-		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, Admit: admit,
+		AllowedUnsafeSysctls: opts.AllowedUnsafeSysctls, AppArmor: hostnode.AppArmorEnabled(), Admit: admit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("process provider: %w", err)

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
@@ -119,7 +120,7 @@ func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 			Warn: true,
 		}
 	}
-	sec, err := containerSecurity(spec.Pod, c, hostSecurity{AppArmor: appArmorEnabled(), Users: hostUsers})
+	sec, err := containerSecurity(spec.Pod, c, hostSecurity{AppArmor: hostnode.AppArmorEnabled(), Users: hostUsers})
 	if err != nil {
 		return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 	}

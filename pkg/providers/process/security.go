@@ -1,7 +1,6 @@
 package process
 
 import (
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -54,7 +53,7 @@ func capabilityMask(names ...string) uint64 {
 // hostSecurity is what a container's security depends on besides its pod.
 type hostSecurity struct {
 	// AppArmor: the host enforces AppArmor (a pod that asks for a profile
-	// on a host without it is refused at admission, see admitAppArmor).
+	// on a host without it is refused at admission, see podrules.AdmitAppArmor).
 	AppArmor bool
 	// Users finds a user in the host's account database; nil finds none.
 	Users func(uid int64) (hostUser, bool)
@@ -290,9 +289,5 @@ func appArmorProfile(pod *corev1.Pod, c *corev1.Container, path, podPath *field.
 func asksSecurity(pod *corev1.Pod, c *corev1.Container) bool {
 	return pod.Spec.SecurityContext != nil && !reflect.DeepEqual(*pod.Spec.SecurityContext, corev1.PodSecurityContext{}) ||
 		c.SecurityContext != nil && !reflect.DeepEqual(*c.SecurityContext, corev1.SecurityContext{}) ||
-		wantsAppArmor(pod)
+		podrules.RequiresAppArmor(pod)
 }
-
-// errAppArmorDisabled is why a pod with an AppArmor profile is refused on
-// a host without AppArmor, in the kubelet's words.
-var errAppArmorDisabled = errors.New("AppArmor is not enabled on the host")

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"errors"
 	"os"
 	"reflect"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
@@ -194,36 +192,6 @@ func TestContainerSecurityRefused(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)
 				}
-			}
-		})
-	}
-}
-
-func TestAdmitAppArmor(t *testing.T) {
-	runtimeDefault := &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}
-	unconfined := &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
-	for _, tc := range []struct {
-		name    string
-		pod     *corev1.Pod
-		enabled bool
-		refused bool
-	}{
-		{name: "no profile", pod: securityPod(nil, nil)},
-		{name: "Unconfined", pod: securityPod(&corev1.PodSecurityContext{AppArmorProfile: unconfined}, &corev1.SecurityContext{AppArmorProfile: unconfined})},
-		{name: "the pod's RuntimeDefault", pod: securityPod(&corev1.PodSecurityContext{AppArmorProfile: runtimeDefault}, nil), refused: true},
-		{name: "a container's RuntimeDefault", pod: securityPod(nil, &corev1.SecurityContext{AppArmorProfile: runtimeDefault}), refused: true},
-		{name: "a deprecated annotation", pod: &corev1.Pod{ObjectMeta: annotated(map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "main": "localhost/p"})}, refused: true},
-		{name: "a deprecated unconfined annotation", pod: &corev1.Pod{ObjectMeta: annotated(map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "main": "unconfined"})}},
-		{name: "RuntimeDefault on a host with AppArmor (the container is refused later)", pod: securityPod(&corev1.PodSecurityContext{AppArmorProfile: runtimeDefault}, nil), enabled: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := admitAppArmor(tc.pod, tc.enabled)
-			var rej *provider.Rejection
-			switch {
-			case !tc.refused && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.refused && (!errors.As(err, &rej) || rej.Reason != "AppArmor" || !strings.Contains(rej.Message, "Cannot enforce AppArmor: AppArmor is not enabled on the host")):
-				t.Fatalf("err = %v, want the kubelet's AppArmor rejection", err)
 			}
 		})
 	}
