@@ -114,7 +114,7 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 		client:      client,
 		informer:    informer,
 		lister:      pods.Lister(),
-		providers:   maps.Clone(providers),
+		providers:   make(map[string]provider.PodLifecycleHandler, len(providers)),
 		recorder:    recorder,
 		queue:       newQueue("pods"),
 		statusQueue: newQueue("pod_status"),
@@ -124,6 +124,7 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 		metrics:     newMetrics(),
 		synced:      make(chan struct{}),
 	}
+	maps.Copy(c.providers, providers)
 	_, err := informer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: c.ours,
 		Handler: cache.ResourceEventHandlerFuncs{
