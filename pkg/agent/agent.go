@@ -64,7 +64,7 @@ func New(nodes Nodes, newProvider NewProviderFunc, opts ...Option) (*Agent, erro
 	}
 	if s.selector != nil {
 		for _, one := range []struct {
-			set bool
+			set  bool
 			what string
 		}{
 			{s.server != nil, "kubelet API server"},

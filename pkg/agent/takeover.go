@@ -148,12 +148,12 @@ func defaultIdentity() string {
 // controllers with a provider of its own, and removes it from both. It is
 // a controller over the Node informer: handlers queue names, sync decides.
 type takeover struct {
-	sel   NodeSelector
-	owns  func(name string) bool
-	own   map[string]bool // the agent's own nodes: never taken over
-	nodes corelisters.NodeLister
+	sel    NodeSelector
+	owns   func(name string) bool
+	own    map[string]bool // the agent's own nodes: never taken over
+	nodes  corelisters.NodeLister
 	synced cache.InformerSynced
-	queue workqueue.TypedRateLimitingInterface[string]
+	queue  workqueue.TypedRateLimitingInterface[string]
 
 	// newNode makes a taken-over node's provider and what it runs.
 	newNode func(ctx context.Context, n *corev1.Node) (*takenNode, error)
