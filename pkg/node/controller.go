@@ -362,12 +362,16 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	c.mu.Lock()
 	c.runCtx = ctx
+	starts := make(map[*nodeState]context.Context, len(c.nodes))
 	for _, n := range c.nodes {
-		c.startLocked(n)
+		starts[n] = c.prepareLocked(n)
 	}
 	count := len(c.nodes)
 	c.checkReadyLocked(ctx)
 	c.mu.Unlock()
+	for n, nctx := range starts {
+		c.start(nctx, n)
+	}
 
 	var wg sync.WaitGroup
 	for range c.opts.Workers {

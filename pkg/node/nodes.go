@@ -30,17 +30,22 @@ func (c *Controller) node(name string) *nodeState {
 // has started. A node of the same name managed already is replaced.
 func (c *Controller) Add(n Node) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	state, err := c.newState(n)
 	if err != nil {
+		c.mu.Unlock()
 		return fmt.Errorf("node controller: %w", err)
 	}
 	if old, ok := c.nodes[state.name]; ok {
 		c.removeLocked(old)
 	}
 	c.nodes[state.name] = state
+	var ctx context.Context
 	if c.runCtx != nil {
-		c.startLocked(state)
+		ctx = c.prepareLocked(state)
+	}
+	c.mu.Unlock()
+	if ctx != nil {
+		c.start(ctx, state)
 	}
 	return nil
 }
@@ -74,11 +79,17 @@ func (c *Controller) AllReported() bool {
 	return c.reported == len(c.nodes)
 }
 
-// startLocked starts n's notifications and tasks. The caller holds c.mu
-// and Run has started.
-func (c *Controller) startLocked(n *nodeState) {
+// prepareLocked gives n the context its notifications run under, ended
+// when n is removed. The caller holds c.mu and Run has started.
+func (c *Controller) prepareLocked(n *nodeState) context.Context {
 	ctx, cancel := context.WithCancel(c.runCtx)
 	n.stop = cancel
+	return ctx
+}
+
+// start starts n's notifications and tasks, without c.mu: a provider may
+// notify at once.
+func (c *Controller) start(ctx context.Context, n *nodeState) {
 	if notifier, ok := n.provider.(provider.NodeNotifier); ok {
 		name := n.name
 		notifier.NotifyNodeStatus(ctx, func() { c.ReportStatus(name) })

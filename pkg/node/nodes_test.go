@@ -132,7 +132,17 @@ func TestAddAndRemoveAtRunTime(t *testing.T) {
 	if err := c.Add(Node{Template: template("Bad_Name"), Provider: &fakeProvider{}}); err == nil {
 		t.Error("Add of an invalid name succeeded")
 	}
+	// A provider may notify as soon as it is asked to.
+	if err := c.Add(Node{Template: template("eager"), Provider: &eagerNotifier{}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the eager node's Lease", func() bool { return leaseOf(client, "eager") != nil })
 }
+
+// eagerNotifier notifies a status change the moment it is asked to notify.
+type eagerNotifier struct{ fakeProvider }
+
+func (p *eagerNotifier) NotifyNodeStatus(_ context.Context, notify func()) { notify() }
 
 func leaseOf(client *fake.Clientset, name string) *coordinationv1.Lease {
 	l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), name, metav1.GetOptions{})

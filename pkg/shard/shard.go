@@ -241,9 +241,10 @@ func (m *Members) renew(ctx context.Context) error {
 	case apierrors.IsNotFound(err):
 		_, err = leases.Create(ctx, want, metav1.CreateOptions{})
 	case err == nil:
+		acquired := current.Spec.AcquireTime
 		current.Labels, current.Spec = want.Labels, *want.Spec.DeepCopy()
-		if current.Spec.AcquireTime == nil {
-			current.Spec.AcquireTime = want.Spec.RenewTime
+		if !first && acquired != nil {
+			current.Spec.AcquireTime = acquired
 		}
 		_, err = leases.Update(ctx, current, metav1.UpdateOptions{})
 	}
