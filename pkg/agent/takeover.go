@@ -364,6 +364,9 @@ func (a *Agent) buildTaken(ctx context.Context, p *parts, n *corev1.Node) (*take
 		loops: loops,
 	}
 	prov, err := a.newProvider(env)
+	// The provider has read the Node; what the agent keeps of a node
+	// taken over stays a few KB.
+	m.info.Node = nil
 	if err != nil {
 		return nil, fmt.Errorf("provider of node %s: %w", n.Name, err)
 	}
