@@ -122,10 +122,14 @@ func TestAddAndRemoveAtRunTime(t *testing.T) {
 	}
 	renewedA := leaseOf(client, "a").Spec.RenewTime.Time
 	before := leaseOf(client, "b").Spec.RenewTime.Time
-	clk.Step(c.opts.RenewInterval * 2)
 	// One worker runs the due tasks in the order they fell due: once b's
-	// Lease is renewed, a's renewal would have run too.
-	poll(t, "b's Lease renewed", func() bool { return leaseOf(client, "b").Spec.RenewTime.Time.After(before) })
+	// Lease is renewed, a's renewal, due before it, would have run too.
+	// The clock moves on at each look, in case b's renewal was not yet
+	// scheduled at the last.
+	poll(t, "b's Lease renewed", func() bool {
+		clk.Step(c.opts.RenewInterval)
+		return leaseOf(client, "b").Spec.RenewTime.Time.After(before)
+	})
 	if !leaseOf(client, "a").Spec.RenewTime.Time.Equal(renewedA) {
 		t.Error("the removed node's Lease was renewed")
 	}
