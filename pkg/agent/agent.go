@@ -1,5 +1,7 @@
 // Package agent turns providers into a running node agent: it registers
-// the nodes and keeps their Leases and status, syncs the pods bound to them
+// the nodes (its own, and with WithNodeSelector the Nodes others create
+// that it takes over at run time) and keeps their Leases and status, syncs
+// the pods bound to them
 // with each node's provider and reports their status, and, as options ask,
 // serves the kubelet API (logs, exec, attach, port-forward, stats),
 // evicts under node pressure, shuts a node down gracefully, runs static
