@@ -79,6 +79,24 @@ func (a *agent) taken() map[string]int {
 	return out
 }
 
+// firstLogged is, for each node, when the agent's log first says msg of
+// it (klog's header time; the agents of a test share the host's clock).
+func (a *agent) firstLogged(t *testing.T, msg string) map[string]time.Time {
+	t.Helper()
+	line := regexp.MustCompile(`(?m)^[IWE](\d{4} \d\d:\d\d:\d\d\.\d{6}) .*"` + regexp.QuoteMeta(msg) + `" node="([^"]+)"`)
+	out := map[string]time.Time{}
+	for _, m := range line.FindAllStringSubmatch(a.logText(), -1) {
+		at, err := time.Parse("0102 15:04:05.000000", m[1])
+		if err != nil {
+			t.Fatalf("klog time %q: %v", m[1], err)
+		}
+		if _, seen := out[m[2]]; !seen {
+			out[m[2]] = at
+		}
+	}
+	return out
+}
+
 // TestTakeOverKwokNodes is issue 28's "Nodes others create", scaled down
 // (the figures of a full run are in docs/kwok.md): Nodes applied with
 // kwok's annotation become Ready under one agent, keeping what their
@@ -199,6 +217,14 @@ spec:
 	})
 	takenByB := b.taken()
 	t.Logf("a second replica took %d of %d Nodes", len(takenByB), total)
+	// No Node run by both: the first let each go before the second took it.
+	letGo, took := a.firstLogged(t, "Let the node go"), b.firstLogged(t, "Took the node over")
+	for name := range takenByB {
+		if at, ok := letGo[name]; !ok || !at.Before(took[name]) {
+			t.Errorf("%s: the second replica took it at %s, the first let it go at %s", name,
+				took[name].Format(time.StampMicro), at.Format(time.StampMicro))
+		}
+	}
 	eventually(t, 60*time.Second, "every Node Ready under two replicas", func() (bool, string) {
 		n, ready := fleetNodes(t, fleet)
 		return ready == total, fmt.Sprintf("%d of %d nodes Ready", ready, n)
