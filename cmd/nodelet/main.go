@@ -152,6 +152,7 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.Int32Var(&cfg.Nodes, "nodes", cfg.Nodes, "register this many nodes named <node-name>-<i>; 0 registers one node named <node-name>")
 	fs.StringVar(&cfg.Shard, "shard", cfg.Shard, `manage only shard "i/n" of the nodes (by hash of node name); "auto": split the Nodes taken over among the live replicas of --shard-group`)
 	fs.StringVar(&cfg.ShardGroup, "shard-group", cfg.ShardGroup, "with --shard auto: the replicas that split one set of Nodes, each holding a Lease in kube-node-lease")
+	fs.StringVar(&cfg.ManageSingleNode, "manage-single-node", cfg.ManageSingleNode, "take over the Node of this name, when it appears (kwok's flag; sim provider); conflicts with --manage-all-nodes and the --manage-nodes-with-… selectors")
 	fs.BoolVar(&cfg.ManageAllNodes, "manage-all-nodes", cfg.ManageAllNodes, "take over every Node (kwok's flag; sim provider); conflicts with the --manage-nodes-with-… selectors")
 	fs.StringVar(&cfg.ManageNodesWithAnnotationSelector, "manage-nodes-with-annotation-selector", cfg.ManageNodesWithAnnotationSelector,
 		"take over the Nodes whose annotations match this selector, as they appear (kwok's flag; sim provider; default "+config.KwokNodeSelector+" when the agent has no --node-name)")

@@ -146,14 +146,14 @@ func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agen
 // takeOverOptions are the Nodes the agent takes over, by kwok's options,
 // and how its replicas split them (--shard).
 func takeOverOptions(cfg *config.Config) ([]agent.Option, error) {
-	all, annotations, labelSel := cfg.NodeSelectors()
-	sel := agent.NodeSelector{All: all}
+	want := cfg.NodeSelection()
+	sel := agent.NodeSelector{All: want.All, Name: want.Single}
 	for _, s := range []struct {
 		flag, value string
 		into        *labels.Selector
 	}{
-		{"--manage-nodes-with-annotation-selector", annotations, &sel.Annotations},
-		{"--manage-nodes-with-label-selector", labelSel, &sel.Labels},
+		{"--manage-nodes-with-annotation-selector", want.Annotations, &sel.Annotations},
+		{"--manage-nodes-with-label-selector", want.Labels, &sel.Labels},
 	} {
 		if s.value == "" {
 			continue

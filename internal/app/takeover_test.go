@@ -19,6 +19,7 @@ func TestNewTakesNodesOver(t *testing.T) {
 	for _, set := range []func(*config.Config){
 		func(c *config.Config) {},
 		func(c *config.Config) { c.ManageAllNodes, c.Shard = true, config.ShardAuto },
+		func(c *config.Config) { c.ManageSingleNode = "kwok-0" },
 		func(c *config.Config) {
 			c.NodeName, c.Nodes, c.Shard, c.ManageNodesWithLabelSelector = "own", 4, "1/2", "type=kwok"
 		},

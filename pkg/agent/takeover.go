@@ -28,12 +28,14 @@ import (
 )
 
 // NodeSelector picks the Nodes, created by others, that an agent takes
-// over, as kwok's --manage-all-nodes, --manage-nodes-with-label-selector
-// and --manage-nodes-with-annotation-selector do: every Node, or those
-// matching the label selector and the annotation selector (both, when
-// both are given). As kwok's, a selector never matches a Node that has no
-// labels (or annotations) at all.
+// over, as kwok's --manage-single-node, --manage-all-nodes,
+// --manage-nodes-with-label-selector and
+// --manage-nodes-with-annotation-selector do: the Node of one name, every
+// Node, or those matching the label selector and the annotation selector
+// (both, when both are given). As kwok's, a selector never matches a Node
+// that has no labels (or annotations) at all.
 type NodeSelector struct {
+	Name                string
 	All                 bool
 	Labels, Annotations labels.Selector
 }
@@ -44,6 +46,9 @@ const KwokNodeAnnotation = "kwok.x-k8s.io/node"
 
 // Matches tells whether the selector picks n.
 func (s NodeSelector) Matches(n *corev1.Node) bool {
+	if s.Name != "" {
+		return n.Name == s.Name
+	}
 	if s.All {
 		return true
 	}
@@ -69,10 +74,13 @@ func (s NodeSelector) Matches(n *corev1.Node) bool {
 // before and never taken over. WithSharding splits them among replicas.
 func WithNodeSelector(sel NodeSelector) Option {
 	return func(s *settings) error {
+		bySelector := sel.Labels != nil || sel.Annotations != nil
 		switch {
-		case sel.All && (sel.Labels != nil || sel.Annotations != nil):
+		case sel.Name != "" && (sel.All || bySelector):
+			return errors.New("node selector: one node by name, or all, or by labels and annotations: one of the three")
+		case sel.All && bySelector:
 			return errors.New("node selector: all nodes, or by labels and annotations, not both")
-		case !sel.All && sel.Labels == nil && sel.Annotations == nil:
+		case sel.Name == "" && !sel.All && !bySelector:
 			return errors.New("node selector: selects nothing")
 		}
 		s.selector = &sel

@@ -55,6 +55,8 @@ func TestNodeSelectorMatchesAsKwok(t *testing.T) {
 		{"a negation never matches a node without labels", NodeSelector{Labels: notGPU}, node(nil, nil), false},
 		{"a negation matches a node with other labels", NodeSelector{Labels: notGPU}, node(map[string]string{"a": "b"}, nil), true},
 		{"an empty selector takes nothing", NodeSelector{}, node(fake, fake), false},
+		{"one node by name", NodeSelector{Name: "n"}, node(nil, nil), true},
+		{"another node's name", NodeSelector{Name: "m"}, node(fake, fake), false},
 	} {
 		if got := tt.sel.Matches(tt.node); got != tt.want {
 			t.Errorf("%s: Matches = %v, want %v", tt.name, got, tt.want)
@@ -72,6 +74,7 @@ func TestNewRefusesBadTakeover(t *testing.T) {
 	}{
 		{"all and a selector", Nodes{}, []Option{WithNodeSelector(NodeSelector{All: true, Labels: kwok})}, "not both"},
 		{"an empty selector", Nodes{}, []Option{WithNodeSelector(NodeSelector{})}, "selects nothing"},
+		{"a name and all", Nodes{}, []Option{WithNodeSelector(NodeSelector{Name: "n", All: true})}, "one of the three"},
 		{"sharding without a selector", One("n"), []Option{WithSharding(ShardOptions{Group: "g"})}, "give WithNodeSelector"},
 		{"a bad fixed shard", Nodes{}, []Option{WithNodeSelector(NodeSelector{All: true}), WithSharding(ShardOptions{Index: 2, Count: 2})}, "shard 2/2"},
 		{"a kubelet API", Nodes{}, []Option{WithNodeSelector(NodeSelector{All: true}), WithServer(ServerOptions{})}, "kubelet API server: not yet"},

@@ -76,6 +76,9 @@ type Config struct {
 	// syntax). With no nodeName and none of the three, a sim agent takes
 	// over the Nodes with kwok's annotation, as kwok's manifests set it:
 	// kwok.x-k8s.io/node=fake.
+	// ManageSingleNode is kwok's option of that name: take over the one
+	// Node of this name; it conflicts with the other three.
+	ManageSingleNode                  string `json:"manageSingleNode,omitempty"`
 	ManageAllNodes                    bool   `json:"manageAllNodes,omitempty"`
 	ManageNodesWithAnnotationSelector string `json:"manageNodesWithAnnotationSelector,omitempty"`
 	ManageNodesWithLabelSelector      string `json:"manageNodesWithLabelSelector,omitempty"`
@@ -1022,19 +1025,28 @@ const KwokNodeSelector = "kwok.x-k8s.io/node=fake"
 
 // TakesOverNodes tells whether the agent takes over Nodes others create.
 func (c *Config) TakesOverNodes() bool {
-	all, annotations, labels := c.NodeSelectors()
-	return all || annotations != "" || labels != ""
+	return c.NodeSelection() != NodeSelection{}
 }
 
-// NodeSelectors are the Nodes the agent takes over, as kwok's options
-// say: all, or by annotation and label selectors; kwok's annotation
-// selector for a sim agent with neither a node of its own nor any of them.
-func (c *Config) NodeSelectors() (all bool, annotations, labels string) {
-	all, annotations, labels = c.ManageAllNodes, c.ManageNodesWithAnnotationSelector, c.ManageNodesWithLabelSelector
-	if !all && annotations == "" && labels == "" && c.NodeName == "" && c.Nodes == 0 && c.Provider == ProviderSim {
-		annotations = KwokNodeSelector
+// NodeSelection is which Nodes others create the agent takes over, by
+// kwok's options.
+type NodeSelection struct {
+	All                 bool
+	Single              string
+	Annotations, Labels string
+}
+
+// NodeSelection is the Nodes the agent takes over, as kwok's options
+// say: one by name, all, or by annotation and label selectors; kwok's
+// annotation selector for a sim agent with neither a node of its own nor
+// any of them.
+func (c *Config) NodeSelection() NodeSelection {
+	s := NodeSelection{All: c.ManageAllNodes, Single: c.ManageSingleNode,
+		Annotations: c.ManageNodesWithAnnotationSelector, Labels: c.ManageNodesWithLabelSelector}
+	if s == (NodeSelection{}) && c.NodeName == "" && c.Nodes == 0 && c.Provider == ProviderSim {
+		s.Annotations = KwokNodeSelector
 	}
-	return all, annotations, labels
+	return s
 }
 
 // validateTakeOver checks kwok's options: the selectors parse, all
@@ -1052,7 +1064,17 @@ func (c *Config) validateTakeOver() field.ErrorList {
 			errs = append(errs, field.Invalid(field.NewPath(sel.path), sel.value, sel.flag+": "+err.Error()))
 		}
 	}
-	if c.ManageAllNodes && (c.ManageNodesWithAnnotationSelector != "" || c.ManageNodesWithLabelSelector != "") {
+	selectors := c.ManageNodesWithAnnotationSelector != "" || c.ManageNodesWithLabelSelector != ""
+	if c.ManageSingleNode != "" {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(c.ManageSingleNode) {
+			errs = append(errs, field.Invalid(field.NewPath("manageSingleNode"), c.ManageSingleNode, "--manage-single-node: "+msg))
+		}
+		if c.ManageAllNodes || selectors {
+			errs = append(errs, field.Invalid(field.NewPath("manageSingleNode"), c.ManageSingleNode,
+				"--manage-single-node conflicts with --manage-all-nodes, --manage-nodes-with-annotation-selector and --manage-nodes-with-label-selector"))
+		}
+	}
+	if c.ManageAllNodes && selectors {
 		errs = append(errs, field.Invalid(field.NewPath("manageAllNodes"), true,
 			"--manage-all-nodes conflicts with --manage-nodes-with-annotation-selector and --manage-nodes-with-label-selector"))
 	}

@@ -26,6 +26,10 @@ func TestValidateTakeOver(t *testing.T) {
 			[]string{"manageNodesWithLabelSelector", "--manage-nodes-with-label-selector"}},
 		{"all and a selector", func(c *Config) { c.ManageAllNodes, c.ManageNodesWithLabelSelector = true, "a=b" },
 			[]string{"--manage-all-nodes conflicts"}},
+		{"one node by name", func(c *Config) { c.NodeName, c.ManageSingleNode = "", "kwok-0" }, nil},
+		{"one node and all", func(c *Config) { c.ManageSingleNode, c.ManageAllNodes = "kwok-0", true }, []string{"--manage-single-node conflicts"}},
+		{"one node and a selector", func(c *Config) { c.ManageSingleNode, c.ManageNodesWithLabelSelector = "kwok-0", "a=b" }, []string{"--manage-single-node conflicts"}},
+		{"a bad single node name", func(c *Config) { c.ManageSingleNode = "Bad_Name" }, []string{"manageSingleNode", "--manage-single-node"}},
 		{"the process provider", func(c *Config) { c.Provider, c.ManageAllNodes = ProviderProcess, true }, []string{"only the sim provider"}},
 		{"no node name on process", func(c *Config) { c.Provider, c.NodeName = ProviderProcess, "" }, []string{"nodeName: Required"}},
 		{"shard auto without a selector", func(c *Config) { c.Shard = ShardAuto }, []string{"--shard auto splits the Nodes taken over"}},
@@ -55,17 +59,17 @@ func TestValidateTakeOver(t *testing.T) {
 	}
 }
 
-func TestNodeSelectors(t *testing.T) {
+func TestNodeSelection(t *testing.T) {
 	c := Default()
-	if all, a, l := c.NodeSelectors(); all || a != KwokNodeSelector || l != "" || !c.TakesOverNodes() {
-		t.Errorf("a sim agent without nodes: %v %q %q, want kwok's annotation selector", all, a, l)
+	if s := c.NodeSelection(); s != (NodeSelection{Annotations: KwokNodeSelector}) || !c.TakesOverNodes() {
+		t.Errorf("a sim agent without nodes: %+v, want kwok's annotation selector", s)
 	}
 	c.NodeName = "n"
 	if c.TakesOverNodes() {
 		t.Error("an agent with a node of its own takes Nodes over unasked")
 	}
 	c.ManageNodesWithLabelSelector = "x=y"
-	if all, a, l := c.NodeSelectors(); all || a != "" || l != "x=y" {
-		t.Errorf("selectors %v %q %q, want the label selector alone", all, a, l)
+	if s := c.NodeSelection(); s != (NodeSelection{Labels: "x=y"}) {
+		t.Errorf("selection %+v, want the label selector alone", s)
 	}
 }
