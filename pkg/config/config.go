@@ -66,18 +66,17 @@ type Config struct {
 	// ShardGroup names the replicas that split one set of Nodes with
 	// shard "auto" (default "nodelet").
 	ShardGroup string `json:"shardGroup,omitempty"`
-	// ManageAllNodes, ManageNodesWithAnnotationSelector and
-	// ManageNodesWithLabelSelector are kwok's options of the same names
-	// (sim provider): the agent takes over the Nodes others create that
-	// they select, as they appear, and lets each go when it is deleted or
-	// stops matching, besides its own nodes (nodeName, nodes) if any. All
-	// Nodes, or those matching the annotation selector and the label
-	// selector (both, when both are set; selectors in label selector
-	// syntax). With no nodeName and none of the three, a sim agent takes
-	// over the Nodes with kwok's annotation, as kwok's manifests set it:
-	// kwok.x-k8s.io/node=fake.
-	// ManageSingleNode is kwok's option of that name: take over the one
-	// Node of this name; it conflicts with the other three.
+	// ManageSingleNode, ManageAllNodes, ManageNodesWithAnnotationSelector
+	// and ManageNodesWithLabelSelector are kwok's options of the same
+	// names (sim provider): the agent takes over the Nodes others create
+	// that they select, as they appear, and lets each go when it is
+	// deleted or stops matching, besides its own nodes (nodeName, nodes)
+	// if any. The Node of one name, or all Nodes, or those matching the
+	// annotation selector and the label selector (both, when both are set;
+	// selectors in label selector syntax); the first two conflict with
+	// the rest, as in kwok. With no nodeName and none of the four, a sim
+	// agent takes over the Nodes with kwok's annotation, as kwok's
+	// manifests set it: kwok.x-k8s.io/node=fake.
 	ManageSingleNode                  string `json:"manageSingleNode,omitempty"`
 	ManageAllNodes                    bool   `json:"manageAllNodes,omitempty"`
 	ManageNodesWithAnnotationSelector string `json:"manageNodesWithAnnotationSelector,omitempty"`
