@@ -66,7 +66,10 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	logger := klog.Background().WithValues("node", cfg.NodeName)
+	logger := klog.Background()
+	if cfg.NodeName != "" { // none when the agent only takes Nodes over
+		logger = logger.WithValues("node", cfg.NodeName)
+	}
 	ctx = klog.NewContext(ctx, logger)
 
 	// The config to run: the local one, or the remote one assigned to
