@@ -21,10 +21,10 @@ import (
 // previous version of a static pod to stop): tried again, not an error.
 var errWaiting = errors.New("waiting")
 
-// errPreviousStopping is the wait for the previous version of a static pod
-// to stop, during which its mirror pod stays as it is, as the kubelet
-// keeps it until the old pod has terminated.
-var errPreviousStopping = fmt.Errorf("the previous version is stopping; %w", errWaiting)
+// errStopping is the wait for a static pod that is no longer wanted, or
+// the previous version of one, to stop, during which its mirror pod stays
+// as it is, as the kubelet keeps it until the pod has terminated.
+var errStopping = fmt.Errorf("the static pod is stopping; %w", errWaiting)
 
 // sync makes the node run the static pod of key as its sources say, and
 // the API hold its mirror pod. The static pod comes first and needs no API.
@@ -43,7 +43,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(namespace, name)))
 	staticErr := c.syncStatic(ctx, key, namespace, name, want)
-	if !c.apiSynced.Load() || errors.Is(staticErr, errPreviousStopping) {
+	if !c.apiSynced.Load() || errors.Is(staticErr, errStopping) {
 		return staticErr
 	}
 	return errors.Join(staticErr, c.syncMirror(ctx, namespace, name, want))
@@ -94,9 +94,7 @@ func (c *Controller) syncStatic(ctx context.Context, key, namespace, name string
 			return fmt.Errorf("stop static pod: %w", err)
 		}
 		klog.FromContext(ctx).V(2).Info("Stopping static pod", "uid", running.UID, "replaced", want != nil)
-		if want != nil {
-			return fmt.Errorf("static pod %s: %w", key, errPreviousStopping)
-		}
+		return fmt.Errorf("static pod %s: %w", key, errStopping)
 	case staticCreate:
 		err := c.runner.CreatePod(ctx, want.DeepCopy())
 		var rej *provider.Rejection

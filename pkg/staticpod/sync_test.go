@@ -431,8 +431,8 @@ func TestNothingStoppedBeforeTheSourcesAreRead(t *testing.T) {
 		t.Fatal("the running static pod was stopped before its manifest directory was read")
 	}
 	c.readFiles(ctx) // an empty directory: the pod is not wanted
-	if err := c.sync(ctx, "default/web-n"); err != nil {
-		t.Fatalf("sync after the read: %v", err)
+	if err := c.sync(ctx, "default/web-n"); !errors.Is(err, errStopping) {
+		t.Fatalf("sync after the read: %v, want the wait for the pod to stop", err)
 	}
 	if p, _ := runner.get("default/web-n"); p != nil {
 		t.Error("the static pod no source names still runs after the directory was read")
@@ -478,5 +478,47 @@ func TestMirrorPodStaysWhileThePreviousVersionStops(t *testing.T) {
 		p, _ := h.runner.get("default/web-n")
 		m, err := h.mirror()
 		return p != nil && err == nil && m.UID != first.UID && podrules.IsMirrorOf(m, p), fmt.Sprint(p != nil, err)
+	})
+}
+
+// A static pod whose manifest is removed keeps its mirror pod while it
+// stops within its grace period, as the kubelet keeps it; the mirror pod
+// goes once the pod has stopped (the node e2e suite's "mirror pod
+// termination should satisfy grace period when static pod is deleted").
+func TestMirrorPodStaysWhileTheStaticPodStops(t *testing.T) {
+	h := run(t, node())
+	writeAtomic(t, filepath.Join(h.dir, "web.yaml"), podYAML)
+	h.reread()
+	var first *corev1.Pod
+	eventually(t, "mirrored", func() (bool, string) {
+		m, err := h.mirror()
+		first = m
+		return err == nil, fmt.Sprint(err)
+	})
+	h.runner.mu.Lock()
+	h.runner.slowStop = true
+	h.runner.mu.Unlock()
+	if err := os.Remove(filepath.Join(h.dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	h.reread()
+	eventually(t, "the pod stopping", func() (bool, string) {
+		h.runner.mu.Lock()
+		defer h.runner.mu.Unlock()
+		return h.runner.stopping["default/web-n"], fmt.Sprint(h.runner.stopping)
+	})
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		h.reread()
+		if m, err := h.mirror(); err != nil || m.UID != first.UID {
+			t.Fatalf("the mirror pod changed while the static pod stops: %v, %v", m, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.runner.finish("default/web-n")
+	h.reread()
+	eventually(t, "the mirror pod gone", func() (bool, string) {
+		_, err := h.mirror()
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
