@@ -50,7 +50,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	const header = "apiVersion: nodelet.io/v1alpha1\nkind: NodeletConfiguration\n"
 	good := write("good.yaml", header+"nodeName: a\nconfigTrialDuration: 1m\n")
-	fleet := write("fleet.yaml", header+"nodeStatusReportFrequency: 1m\n")
+	fleet := write("fleet.yaml", header+"nodes: 100\nnodeStatusReportFrequency: 1m\n")
 	unknown := write("unknown.yaml", header+"nodeName: a\npingIntervall: 5s\nsim:\n  foo: 1\n")
 	invalid := write("invalid.yaml", header+"nodeName: Bad_Name\nport: 70000\npingInterval: -1s\nconfigTrialDuration: -1m\n")
 

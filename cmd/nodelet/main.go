@@ -66,7 +66,10 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	logger := klog.Background().WithValues("node", cfg.NodeName)
+	logger := klog.Background()
+	if cfg.NodeName != "" { // none when the agent only takes Nodes over
+		logger = logger.WithValues("node", cfg.NodeName)
+	}
 	ctx = klog.NewContext(ctx, logger)
 
 	// The config to run: the local one, or the remote one assigned to
@@ -148,9 +151,15 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "path to a kubeconfig; empty means in-cluster (with --bootstrap-kubeconfig: where the node's kubeconfig is written, default <root-dir>/kubeconfig)")
 	fs.StringVar(&o.bootstrapKubeconfig, "bootstrap-kubeconfig", o.bootstrapKubeconfig, "TLS bootstrap: a kubeconfig with a bootstrap token, used to request the node's client certificate when none valid is kept under <root-dir>/pki")
 	fs.StringVar(&o.configFile, "config", o.configFile, "path to a "+config.Kind+" YAML file; flags override it")
-	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of the Node to register")
+	fs.StringVar(&cfg.NodeName, "node-name", cfg.NodeName, "name of the Node to register (sim provider: may be empty when the agent only takes Nodes over)")
 	fs.Int32Var(&cfg.Nodes, "nodes", cfg.Nodes, "register this many nodes named <node-name>-<i>; 0 registers one node named <node-name>")
-	fs.StringVar(&cfg.Shard, "shard", cfg.Shard, `manage only shard "i/n" of the nodes (by hash of node name)`)
+	fs.StringVar(&cfg.Shard, "shard", cfg.Shard, `manage only shard "i/n" of the nodes (by hash of node name); "auto": split the Nodes taken over among the live replicas of --shard-group`)
+	fs.StringVar(&cfg.ShardGroup, "shard-group", cfg.ShardGroup, "with --shard auto: the replicas that split one set of Nodes, each holding a Lease in kube-node-lease")
+	fs.StringVar(&cfg.ManageSingleNode, "manage-single-node", cfg.ManageSingleNode, "take over the Node of this name, when it appears (kwok's flag; sim provider); conflicts with --manage-all-nodes and the --manage-nodes-with-… selectors")
+	fs.BoolVar(&cfg.ManageAllNodes, "manage-all-nodes", cfg.ManageAllNodes, "take over every Node (kwok's flag; sim provider); conflicts with the --manage-nodes-with-… selectors")
+	fs.StringVar(&cfg.ManageNodesWithAnnotationSelector, "manage-nodes-with-annotation-selector", cfg.ManageNodesWithAnnotationSelector,
+		"take over the Nodes whose annotations match this selector, as they appear (kwok's flag; sim provider; default "+config.KwokNodeSelector+" when the agent has no --node-name)")
+	fs.StringVar(&cfg.ManageNodesWithLabelSelector, "manage-nodes-with-label-selector", cfg.ManageNodesWithLabelSelector, "take over the Nodes whose labels match this selector, as they appear (kwok's flag; sim provider); with the annotation selector, both must match")
 	fs.StringVar(&cfg.Provider, "provider", cfg.Provider, "provider that runs the pods: sim, process or cri")
 	fs.StringVar(&cfg.ContainerRuntimeEndpoint, "container-runtime-endpoint", cfg.ContainerRuntimeEndpoint, "cri provider: the container runtime's CRI socket")
 	fs.StringSliceVar(&cfg.ClusterDNS, "cluster-dns", cfg.ClusterDNS, "cri provider: cluster DNS server addresses, comma-separated")

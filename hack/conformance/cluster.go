@@ -50,6 +50,7 @@ type node struct {
 	rootDir string
 	port    int
 	runtime *crienv.Env
+	agent   *clusteraddons.Daemon
 }
 
 func (c *cluster) onStop(f func() error) { c.stops = append(c.stops, f) }
@@ -128,7 +129,7 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 
 func (c *cluster) startControlPlane(ctx context.Context) error {
 	cpDir := filepath.Join(c.dir, "controlplane")
-	if err := c.daemon("controlplane", filepath.Join(c.bin, "controlplane"), "up", "--dir", cpDir); err != nil {
+	if _, err := c.daemon("controlplane", filepath.Join(c.bin, "controlplane"), "up", "--dir", cpDir); err != nil {
 		return err
 	}
 	if _, err := waitFile(ctx, filepath.Join(cpDir, "ready"), 5*time.Minute); err != nil {
@@ -148,7 +149,7 @@ func (c *cluster) startControlPlane(ctx context.Context) error {
 // its address.
 func (c *cluster) startRegistry(ctx context.Context, images string) (string, error) {
 	ready := filepath.Join(c.dir, "registry-addr")
-	if err := c.daemon("registry", filepath.Join(c.bin, "images"), "serve", "--dir", images,
+	if _, err := c.daemon("registry", filepath.Join(c.bin, "images"), "serve", "--dir", images,
 		"--listen", "127.0.0.1:0", "--ready-file", ready); err != nil {
 		return "", err
 	}
@@ -184,12 +185,14 @@ func (c *cluster) startNode(ctx context.Context, n *node, extra []string) error 
 		// runs, and a kubelet's 10-15% free default would make the run's
 		// outcome the machine's fill level.
 		"--eviction-hard=memory.available<100Mi"}, extra...)
-	if err := c.daemon(n.name, filepath.Join(c.bin, "nodelet"), args...); err != nil {
+	d, err := c.daemon(n.name, filepath.Join(c.bin, "nodelet"), args...)
+	if err != nil {
 		return err
 	}
+	n.agent = d
 	c.onStop(func() error { return c.deleteNode(n) })
 	c.onStop(func() error { return c.drain(n) })
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := c.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -262,17 +265,17 @@ func (c *cluster) startAddons(ctx context.Context) error {
 
 // daemon starts a process that runs until the cluster stops, its output
 // in logs/<name>.log.
-func (c *cluster) daemon(name, path string, args ...string) error {
+func (c *cluster) daemon(name, path string, args ...string) (*clusteraddons.Daemon, error) {
 	dir := filepath.Join(c.dir, "logs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	d, err := clusteraddons.StartDaemon(dir, name, path, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.onStop(d.Stop)
-	return nil
+	return d, nil
 }
 
 func (c *cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }

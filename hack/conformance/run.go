@@ -37,12 +37,17 @@ type report struct {
 	Date    time.Time
 	Summary conformance.Summary
 	Starts  latency
-	Leaks   []string
+	// Agents are the node agents' peak RSS and CPU over the suite.
+	Agents []usage
+	Leaks  []string
 }
 
 func (r report) line() string {
 	s := fmt.Sprintf("%s: %s; pod start p50 %s p99 %s over %d pods", r.Provider, r.Summary,
 		r.Starts.P50.Round(100*time.Millisecond), r.Starts.P99.Round(100*time.Millisecond), r.Starts.N)
+	for _, u := range r.Agents {
+		s += "; " + u.String()
+	}
 	if len(r.Leaks) > 0 {
 		s += fmt.Sprintf("; LEFT BEHIND: %s", strings.Join(r.Leaks, ", "))
 	}
@@ -70,6 +75,8 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 	runErr := func() error {
 		starts := watchPodStarts(ctx, c)
 		defer func() { r.Starts = starts() }()
+		agents := measureAgents(c.nodes)
+		defer func() { r.Agents = agents() }()
 		kubectl := filepath.Join(dir, "kubectl")
 		script := fmt.Sprintf("#!/bin/sh\nexec %q kubectl \"$@\"\n", filepath.Join(o.bin, "controlplane"))
 		if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {

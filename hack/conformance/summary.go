@@ -146,6 +146,11 @@ func summary(reports []report) string {
 	}
 	writeGroups(&b, reports)
 	for _, r := range reports {
+		if len(r.Agents) > 0 {
+			fmt.Fprintf(&b, "\n%s agents over the suite: %s.\n", r.Provider, joinUsage(r.Agents))
+		}
+	}
+	for _, r := range reports {
 		if f := r.Summary.Failures(); len(f) > 0 {
 			fmt.Fprintf(&b, "\n## %s: failed\n\n", r.Provider)
 			for _, name := range f {
@@ -209,4 +214,12 @@ func writeGroups(b *strings.Builder, reports []report) {
 		}
 		fmt.Fprintln(b)
 	}
+}
+
+func joinUsage(us []usage) string {
+	parts := make([]string, len(us))
+	for i, u := range us {
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, "; ")
 }

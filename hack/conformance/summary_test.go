@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,9 +23,10 @@ func TestSummary(t *testing.T) {
 		{Name: "[It] [sig-apps] Deployment should scale [Serial] [Conformance]", Status: "skipped"},
 		{Name: "[It] [sig-node] Probing container should probe [NodeConformance]", Status: "passed"},
 		{Name: "[It] [sig-storage] CSI mock volume does things", Status: "skipped"},
-	}}}
+	}}, Agents: []usage{{Node: "n1", PeakRSS: 150 << 20, CPU: 90 * time.Second}}}
 	got := summary([]report{r})
 	for _, want := range []string{
+		"cri agents over the suite: n1 peak RSS 150 MiB, CPU 1m30s.",
 		"| cri | 1 / 1 / 1 of 3 | 2 / 1 / 1 of 4 |",
 		"| [sig-apps] Deployment | 0 / 1 / 1 of 2 |",
 		"| [sig-node] Pods | 1 / 0 / 0 of 1 |",

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -49,7 +50,7 @@ func New(o Credentials, cfg *config.Config, remote *config.Controller) (*agent.A
 	if err != nil {
 		return nil, err
 	}
-	if nodes.Len() == 0 {
+	if nodes.Len() == 0 && !cfg.TakesOverNodes() {
 		return nil, fmt.Errorf("shard %s of %d nodes holds no node", cfg.Shard, cfg.Nodes)
 	}
 	layout, err := newNodeLayout(cfg)
@@ -60,7 +61,7 @@ func New(o Credentials, cfg *config.Config, remote *config.Controller) (*agent.A
 	if err != nil {
 		return nil, err
 	}
-	if remote != nil {
+	if remote != nil && nodes.Len() > 0 {
 		opts = append(opts, agent.WithRemoteConfig(remote))
 	}
 	return agent.New(nodes, providerFunc(cfg, layout), opts...)
@@ -91,12 +92,21 @@ func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agen
 			PingInterval:         cfg.PingInterval.Duration,
 		}),
 		agent.WithPodOptions(agent.PodOptions{Workers: int(cfg.PodWorkers), StatusPollInterval: cfg.PodStatusPollInterval.Duration}),
-		agent.WithEviction(agent.EvictionOptions{
+	}
+	if cfg.TakesOverNodes() {
+		takeOver, err := takeOverOptions(cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, takeOver...)
+	} else {
+		// Eviction and attach/detach do not yet follow nodes taken over.
+		opts = append(opts, agent.WithEviction(agent.EvictionOptions{
 			Hard: cfg.EvictionHard, Soft: cfg.EvictionSoft,
 			SoftGracePeriod: cfg.EvictionSoftGracePeriod, MinimumReclaim: cfg.EvictionMinimumReclaim,
 			PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod.Duration,
 			MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
-		}),
+		}))
 	}
 	if o.Kubeconfig != "" {
 		opts = append(opts, agent.WithKubeconfig(o.Kubeconfig))
@@ -119,7 +129,7 @@ func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agen
 			URL: cfg.StaticPodURL, HTTPCheckFrequency: cfg.HTTPCheckFrequency.Duration,
 		}))
 	}
-	if cfg.AttachDetachEnabled() {
+	if cfg.AttachDetachEnabled() && !cfg.TakesOverNodes() { // not yet with nodes taken over
 		ad := cfg.AttachDetach
 		opts = append(opts, agent.WithAttachDetach(agent.AttachDetachOptions{
 			Attacher: ad.Attacher, SimLatency: ad.SimLatency.Duration, SimFailureRate: ad.SimFailureRate,
@@ -129,6 +139,44 @@ func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agen
 	}
 	if cfg.HealthzPort > 0 {
 		opts = append(opts, agent.WithHealthz(net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(int(cfg.HealthzPort)))))
+	}
+	return opts, nil
+}
+
+// takeOverOptions are the Nodes the agent takes over, by kwok's options,
+// and how its replicas split them (--shard).
+func takeOverOptions(cfg *config.Config) ([]agent.Option, error) {
+	want := cfg.NodeSelection()
+	sel := agent.NodeSelector{All: want.All, Name: want.Single}
+	for _, s := range []struct {
+		flag, value string
+		into        *labels.Selector
+	}{
+		{"--manage-nodes-with-annotation-selector", want.Annotations, &sel.Annotations},
+		{"--manage-nodes-with-label-selector", want.Labels, &sel.Labels},
+	} {
+		if s.value == "" {
+			continue
+		}
+		parsed, err := labels.Parse(s.value)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", s.flag, s.value, err)
+		}
+		*s.into = parsed
+	}
+	opts := []agent.Option{agent.WithNodeSelector(sel)}
+	switch cfg.Shard {
+	case "":
+	case config.ShardAuto:
+		opts = append(opts, agent.WithSharding(agent.ShardOptions{
+			Group: cfg.ShardGroup, LeaseDuration: time.Duration(cfg.NodeLeaseDurationSeconds) * time.Second,
+		}))
+	default:
+		i, n, err := config.ParseShard(cfg.Shard)
+		if err != nil {
+			return nil, fmt.Errorf("shard: %w", err)
+		}
+		opts = append(opts, agent.WithSharding(agent.ShardOptions{Index: i, Count: n}))
 	}
 	return opts, nil
 }

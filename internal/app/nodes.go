@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 
 	"github.com/nodelet/nodelet/pkg/agent"
@@ -10,13 +11,16 @@ import (
 
 // managedNodes are the nodes of this agent: one named exactly cfg.NodeName,
 // or cfg.Nodes named <nodeName>-<i>, less those that belong to other
-// shards.
+// shards; none without a node name (the agent only takes Nodes over).
 func managedNodes(cfg *config.Config) (agent.Nodes, error) {
+	if cfg.NodeName == "" {
+		return agent.Nodes{}, nil
+	}
 	if cfg.Nodes == 0 {
 		return agent.One(cfg.NodeName), nil
 	}
 	nodes := agent.Numbered(cfg.NodeName, int(cfg.Nodes))
-	if cfg.Shard == "" {
+	if cfg.Shard == "" || cfg.Shard == config.ShardAuto {
 		return nodes, nil
 	}
 	i, n, err := config.ParseShard(cfg.Shard)
@@ -66,6 +70,25 @@ func newNodeLayout(cfg *config.Config) (*nodeLayout, error) {
 	start := base.Addr().As4()
 	l.first = uint32(start[0])<<24 | uint32(start[1])<<16 | uint32(start[2])<<8
 	return l, nil
+}
+
+// takenPodCIDR is the pod range of a Node taken over that has none of its
+// own: the /24 of the pod range that its name hashes to, so that replicas
+// agree without talking (two names may share one), or the whole range
+// when it is too small to split.
+func (l *nodeLayout) takenPodCIDR(name string) string {
+	base, err := netip.ParsePrefix(l.cfg.Sim.PodCIDR)
+	if err != nil || !base.Addr().Is4() || base.Bits() > perNodeBits {
+		return l.cfg.Sim.PodCIDR
+	}
+	base = base.Masked()
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	room := uint32(1) << (perNodeBits - base.Bits())
+	start := base.Addr().As4()
+	a := (uint32(start[0])<<24 | uint32(start[1])<<16 | uint32(start[2])<<8) + (h.Sum32()%room)<<8
+	addr := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), 0})
+	return netip.PrefixFrom(addr, perNodeBits).String()
 }
 
 // podCIDR is node i's pod range.

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/agent"
@@ -35,15 +36,21 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 		name, i := env.Node.Name, env.Node.Index
 		seed := fnv.New64a()
 		seed.Write([]byte(name)) // each node draws its own jitter, the same on every run
-		address := cfg.Address
-		if a := layout.address(i); a != "" {
-			address = a
+		address, podCIDR, zone, capacity := cfg.Address, "", "", cfg.Sim.Capacity
+		if taken := env.Node.Node; taken != nil {
+			// A Node taken over is described as its creator wrote it.
+			address, podCIDR, capacity = takenNode(cfg, layout, taken)
+		} else {
+			if a := layout.address(i); a != "" {
+				address = a
+			}
+			podCIDR, zone = layout.podCIDR(i), layout.zone(i)
 		}
 		opts := sim.Options{
 			NodeName:       name,
-			PodCIDR:        layout.podCIDR(i),
+			PodCIDR:        podCIDR,
 			Address:        address,
-			Zone:           layout.zone(i),
+			Zone:           zone,
 			Region:         cfg.Sim.Region,
 			InstanceType:   cfg.Sim.InstanceType,
 			Port:           cfg.Port,
@@ -57,7 +64,7 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 			RunJitter:      cfg.Sim.RunJitter.Duration,
 			NodeConditions: conditions,
 			Seed:           seed.Sum64(),
-			Capacity:       cfg.Sim.Capacity,
+			Capacity:       capacity,
 			Version:        env.Version,
 			PingErrorFile:  filepath.Join(cfg.RootDir, "sim", name, "ping-error"),
 			Usage: sim.Usage{
@@ -77,4 +84,30 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 		}
 		return p, nil
 	}
+}
+
+// takenNode is where a Node taken over stands, as its creator wrote it:
+// its first InternalIP (else the agent's address), its pod range (else
+// one of sim.podCIDR's /24s by its name) and its capacity (else its
+// allocatable, else sim.capacity), which pods are admitted against.
+func takenNode(cfg *config.Config, layout *nodeLayout, n *corev1.Node) (address, podCIDR string, capacity corev1.ResourceList) {
+	address = cfg.Address
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			address = a.Address
+			break
+		}
+	}
+	podCIDR = n.Spec.PodCIDR
+	if podCIDR == "" {
+		podCIDR = layout.takenPodCIDR(n.Name)
+	}
+	capacity = cfg.Sim.Capacity
+	switch {
+	case len(n.Status.Capacity) > 0:
+		capacity = n.Status.Capacity.DeepCopy()
+	case len(n.Status.Allocatable) > 0:
+		capacity = n.Status.Allocatable.DeepCopy()
+	}
+	return address, podCIDR, capacity
 }

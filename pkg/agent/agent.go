@@ -1,5 +1,7 @@
 // Package agent turns providers into a running node agent: it registers
-// the nodes and keeps their Leases and status, syncs the pods bound to them
+// the nodes (its own, and with WithNodeSelector the Nodes others create
+// that it takes over at run time) and keeps their Leases and status, syncs
+// the pods bound to them
 // with each node's provider and reports their status, and, as options ask,
 // serves the kubelet API (logs, exec, attach, port-forward, stats),
 // evicts under node pressure, shuts a node down gracefully, runs static
@@ -56,8 +58,26 @@ func New(nodes Nodes, newProvider NewProviderFunc, opts ...Option) (*Agent, erro
 			errs = append(errs, err)
 		}
 	}
-	if nodes.Len() == 0 {
-		errs = append(errs, errors.New("nodes: none to manage"))
+	if nodes.Len() == 0 && s.selector == nil {
+		errs = append(errs, errors.New("nodes: none to manage, and none to take over (WithNodeSelector)"))
+	}
+	if s.shards != nil && s.selector == nil {
+		errs = append(errs, errors.New("sharding: splits the nodes taken over; give WithNodeSelector"))
+	}
+	if s.selector != nil {
+		for _, one := range []struct {
+			set  bool
+			what string
+		}{
+			{s.server != nil, "kubelet API server"},
+			{s.eviction != nil, "eviction"},
+			{s.attachDetach != nil, "attach/detach"},
+			{s.remote != nil && nodes.Len() == 0, "remote config (it follows the agent's first own node)"},
+		} {
+			if one.set {
+				errs = append(errs, errors.New(one.what+": not yet with nodes taken over (WithNodeSelector)"))
+			}
+		}
 	}
 	seen := map[string]bool{}
 	for _, n := range nodes.nodes {
@@ -72,7 +92,7 @@ func New(nodes Nodes, newProvider NewProviderFunc, opts ...Option) (*Agent, erro
 	if s.client.config != nil && (s.client.kubeconfig != "" || s.client.bootstrap != "") {
 		errs = append(errs, errors.New("client config: given with a kubeconfig or bootstrap; pick one"))
 	}
-	if nodes.Len() > 1 {
+	if nodes.Len() > 1 || s.selector != nil {
 		for _, one := range []struct {
 			set bool
 			why string
@@ -125,6 +145,8 @@ type built struct {
 	loops map[string]func(context.Context) error
 	nodes *node.Controller
 	count int
+	// takingOver says whether the agent takes over Nodes others create.
+	takingOver bool
 }
 
 // run starts the informers and every loop, and returns once they have all
@@ -153,7 +175,7 @@ func (b *built) run(ctx context.Context) error {
 	go func() {
 		select {
 		case <-b.nodes.Ready():
-			logger.Info("Nodes registered", "count", b.count)
+			logger.Info("Nodes registered", "count", b.count, "takingOver", b.takingOver)
 		case <-ctx.Done():
 		}
 	}()
@@ -170,5 +192,8 @@ func (b *built) run(ctx context.Context) error {
 
 // eventSource is who the agent's Events come from.
 func (a *Agent) eventSource() corev1.EventSource {
+	if a.nodes.Len() == 0 {
+		return corev1.EventSource{Component: "nodelet"}
+	}
 	return corev1.EventSource{Component: "nodelet", Host: a.nodes.nodes[0].Name}
 }

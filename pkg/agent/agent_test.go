@@ -206,7 +206,7 @@ func TestAgentInformersCacheNoManagedFields(t *testing.T) {
 		&corev1.Node{ObjectMeta: meta("", "sim-0")},
 		&storagev1.CSIDriver{ObjectMeta: meta("", "d")},
 	)
-	inf := newAgentInformers(client, []string{"sim-0", "sim-1"})
+	inf := newAgentInformers(client, []string{"sim-0", "sim-1"}, false)
 	pods := inf.pods.Core().V1().Pods()
 	nodes := inf.nodes.Core().V1().Nodes()
 	drivers := inf.cluster.Storage().V1().CSIDrivers()

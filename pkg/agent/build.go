@@ -67,9 +67,9 @@ func (a *Agent) build(rc *rest.Config) (_ *built, err error) {
 	}()
 	p := &parts{
 		built: &built{client: client, broadcaster: broadcaster, loops: map[string]func(context.Context) error{},
-			count: a.nodes.Len()},
+			count: a.nodes.Len(), takingOver: a.s.selector != nil},
 		recorder: broadcaster.NewRecorder(scheme.Scheme, a.eventSource()),
-		inf:      newAgentInformers(client, a.nodes.names()),
+		inf:      newAgentInformers(client, a.nodes.names(), a.s.selector != nil),
 		probes:   prometheus.NewRegistry(),
 		host:     stats.NewHost(stats.HostOptions{RootDir: a.s.rootDir}),
 	}
@@ -203,6 +203,11 @@ func (a *Agent) nodeController(p *parts, nodes []*managedNode) (*node.Controller
 	}
 	if opts.Workers == 0 {
 		opts.Workers = node.WorkersFor(len(nodes))
+		if a.s.selector != nil {
+			// How many nodes will be taken over is not known: enough
+			// workers for a thousand.
+			opts.Workers = node.WorkersFor(max(len(nodes), 1000))
+		}
 	}
 	if a.s.remote != nil {
 		opts.Conditions = a.s.remote.Conditions
@@ -256,7 +261,15 @@ func (a *Agent) podLoops(p *parts, nodes []*managedNode) error {
 	if err := a.staticPods(p, nodes); err != nil {
 		return err
 	}
-	h := newHealth(p.nodes, podCtrl, srv, nodes[0].info.Name)
+	taken, err := a.takeoverLoops(p, podCtrl)
+	if err != nil {
+		return err
+	}
+	first := ""
+	if len(nodes) > 0 {
+		first = nodes[0].info.Name
+	}
+	h := newHealth(p.nodes, podCtrl, srv, taken, first)
 	if err := a.remoteConfig(p, h); err != nil {
 		return err
 	}

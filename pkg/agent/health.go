@@ -16,6 +16,10 @@ type health struct {
 	// registered, the pods synced and the kubelet API serves; serving is
 	// nil without a kubelet API.
 	registered, synced, serving <-chan struct{}
+	// takenOver tells, when the agent takes Nodes over, whether those
+	// there at start were taken over and every node managed now has
+	// registered; nil otherwise.
+	takenOver func() bool
 	// firstReady tells whether the first node, whose config is
 	// followed, is Ready.
 	firstReady func() bool
@@ -23,8 +27,11 @@ type health struct {
 
 // newHealth watches the node and pod controllers and the kubelet API
 // server (nil without one).
-func newHealth(nodes *node.Controller, pods *pod.Controller, srv *server.Server, first string) health {
+func newHealth(nodes *node.Controller, pods *pod.Controller, srv *server.Server, taken *takeover, first string) health {
 	h := health{registered: nodes.Ready(), synced: pods.Synced(), firstReady: func() bool { return nodes.NodeReady(first) }}
+	if taken != nil {
+		h.takenOver = func() bool { return closed(taken.ready) && nodes.AllReported() }
+	}
 	if srv != nil {
 		h.serving = srv.Serving()
 	}
@@ -36,7 +43,7 @@ func newHealth(nodes *node.Controller, pods *pod.Controller, srv *server.Server,
 // missing.
 func (h health) check() error {
 	var missing []error
-	if !closed(h.registered) {
+	if !closed(h.registered) || (h.takenOver != nil && !h.takenOver()) {
 		missing = append(missing, errors.New("nodes not registered yet"))
 	}
 	if !closed(h.synced) {

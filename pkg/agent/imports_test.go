@@ -30,7 +30,7 @@ func TestImportsReadOneWay(t *testing.T) {
 		t.Fatal("go list found no import of pkg/agent: the test reads nothing")
 	}
 	loops := []string{"pkg/node", "pkg/pod", "pkg/staticpod", "pkg/eviction", "pkg/nodeshutdown", "pkg/server",
-		"pkg/stats", "pkg/attachdetach", "pkg/config", "pkg/nodecert"}
+		"pkg/stats", "pkg/attachdetach", "pkg/config", "pkg/nodecert", "pkg/shard"}
 	providers := []string{"pkg/providers/cri", "pkg/providers/process", "pkg/providers/sim"}
 	for pkg, deps := range imports {
 		for _, dep := range deps {

@@ -19,14 +19,16 @@ type agentInformers struct {
 	pods, nodes, cluster informers.SharedInformerFactory
 }
 
-func newAgentInformers(client kubernetes.Interface, names []string) agentInformers {
+// With takeOver (WithNodeSelector) they see every bound pod and every
+// Node, whatever the agent's own nodes.
+func newAgentInformers(client kubernetes.Interface, names []string, takeOver bool) agentInformers {
 	return agentInformers{
 		pods: cachetrim.NewFactory(client, cachetrim.Transform, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = podSelector(names).String()
+			o.FieldSelector = podSelector(names, takeOver).String()
 		})),
 		// The last-applied status is read from a fresh GET only.
 		nodes: cachetrim.NewFactory(client, cachetrim.Dropping(node.LastAppliedAnnotation), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			if len(names) == 1 {
+			if len(names) == 1 && !takeOver {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", names[0]).String()
 			}
 		})),
@@ -40,9 +42,10 @@ func (i agentInformers) all() []informers.SharedInformerFactory {
 }
 
 // podSelector selects the pods bound to names: exactly one node's by field
-// selector, or every bound pod when there are several (filtered by index).
-func podSelector(names []string) fields.Selector {
-	if len(names) == 1 {
+// selector, or every bound pod when there are several or nodes are taken
+// over (filtered by index).
+func podSelector(names []string, takeOver bool) fields.Selector {
+	if len(names) == 1 && !takeOver {
 		return fields.OneTermEqualSelector("spec.nodeName", names[0])
 	}
 	return fields.OneTermNotEqualSelector("spec.nodeName", "")

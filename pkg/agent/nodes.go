@@ -2,6 +2,9 @@ package agent
 
 import (
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
 	"hash/fnv"
 	"strconv"
 )
@@ -12,8 +15,13 @@ type NodeInfo struct {
 	Name string
 	// Index is the node's place in the whole set before sharding (0 for
 	// One): what a provider derives per-node settings from, such as a pod
-	// range, alike on every shard.
+	// range, alike on every shard. It is -1 for a Node taken over
+	// (WithNodeSelector).
 	Index int
+	// Node is the Node as the agent found it when it took it over, for
+	// the provider to describe the node as its creator did (capacity,
+	// addresses, pod range); nil for the agent's own nodes.
+	Node *corev1.Node
 }
 
 // Nodes are the nodes an agent manages: one, or a numbered set, or a

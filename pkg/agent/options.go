@@ -41,6 +41,8 @@ type settings struct {
 	staticPods   *StaticPodOptions
 	attachDetach *AttachDetachOptions
 	remote       *config.Controller
+	selector     *NodeSelector
+	shards       *ShardOptions
 	healthz      string
 	registry     *prometheus.Registry
 }

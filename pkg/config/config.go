@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -56,7 +57,30 @@ type Config struct {
 	Nodes int32 `json:"nodes,omitempty"`
 	// Shard "i/n" makes this agent manage only the nodes whose name hashes
 	// to i of n, so that n agents together manage every node exactly once.
+	// "auto" splits the Nodes taken over (manageAllNodes, manageNodesWith…)
+	// among the replicas of ShardGroup alive now instead, each holding a
+	// Lease in kube-node-lease: a replica that joins takes its share, and
+	// the share of one that dies moves to the others within
+	// NodeLeaseDurationSeconds.
 	Shard string `json:"shard,omitempty"`
+	// ShardGroup names the replicas that split one set of Nodes with
+	// shard "auto" (default "nodelet").
+	ShardGroup string `json:"shardGroup,omitempty"`
+	// ManageSingleNode, ManageAllNodes, ManageNodesWithAnnotationSelector
+	// and ManageNodesWithLabelSelector are kwok's options of the same
+	// names (sim provider): the agent takes over the Nodes others create
+	// that they select, as they appear, and lets each go when it is
+	// deleted or stops matching, besides its own nodes (nodeName, nodes)
+	// if any. The Node of one name, or all Nodes, or those matching the
+	// annotation selector and the label selector (both, when both are set;
+	// selectors in label selector syntax); the first two conflict with
+	// the rest, as in kwok. With no nodeName and none of the four, a sim
+	// agent takes over the Nodes with kwok's annotation, as kwok's
+	// manifests set it: kwok.x-k8s.io/node=fake.
+	ManageSingleNode                  string `json:"manageSingleNode,omitempty"`
+	ManageAllNodes                    bool   `json:"manageAllNodes,omitempty"`
+	ManageNodesWithAnnotationSelector string `json:"manageNodesWithAnnotationSelector,omitempty"`
+	ManageNodesWithLabelSelector      string `json:"manageNodesWithLabelSelector,omitempty"`
 	// Provider runs the pods: "sim", "process" or "cri".
 	Provider string `json:"provider,omitempty"`
 	// NodeLabels are added to the Node at registration and kept there.
@@ -466,6 +490,9 @@ func SetDefaults(c *Config) {
 	}
 	setDuration(&c.NodeStatusReportFrequency, 5*time.Minute)
 	setDuration(&c.PingInterval, 10*time.Second)
+	if c.ShardGroup == "" {
+		c.ShardGroup = "nodelet"
+	}
 	setDuration(&c.PodStatusPollInterval, 5*time.Second)
 	// High enough not to throttle thousands of nodes on a local control
 	// plane; lower them to share a production API server.
@@ -620,9 +647,11 @@ func (c *Config) Validate() field.ErrorList {
 	if c.Kind != Kind {
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), c.Kind, []string{Kind}))
 	}
-	if c.NodeName == "" {
+	switch {
+	case c.NodeName == "" && (c.Provider != ProviderSim || c.Nodes > 0):
 		errs = append(errs, field.Required(field.NewPath("nodeName"), "set --node-name or nodeName in the config file"))
-	} else {
+	case c.NodeName == "":
+	default:
 		for _, msg := range utilvalidation.IsDNS1123Subdomain(c.NodeName) {
 			errs = append(errs, field.Invalid(field.NewPath("nodeName"), c.NodeName, msg))
 		}
@@ -630,11 +659,25 @@ func (c *Config) Validate() field.ErrorList {
 	if c.Nodes < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("nodes"), c.Nodes, "must not be negative"))
 	}
-	if c.Shard != "" {
+	switch {
+	case c.Shard == ShardAuto:
+		if !c.TakesOverNodes() {
+			errs = append(errs, field.Invalid(field.NewPath("shard"), c.Shard, "--shard auto splits the Nodes taken over: set --manage-all-nodes or a --manage-nodes-with-… selector"))
+		}
+		if c.Nodes > 0 {
+			errs = append(errs, field.Invalid(field.NewPath("shard"), c.Shard, "--shard auto splits the Nodes taken over, not the agent's own (--nodes): use --shard i/n for those"))
+		}
+	case c.Shard != "":
 		if _, _, err := ParseShard(c.Shard); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("shard"), c.Shard, err.Error()))
 		}
 	}
+	if c.ShardGroup != "" {
+		for _, msg := range utilvalidation.IsDNS1123Label(c.ShardGroup) {
+			errs = append(errs, field.Invalid(field.NewPath("shardGroup"), c.ShardGroup, "--shard-group: "+msg))
+		}
+	}
+	errs = append(errs, c.validateTakeOver()...)
 	switch c.Provider {
 	case ProviderSim:
 	case ProviderProcess, ProviderCRI:
@@ -969,6 +1012,76 @@ func validateRatio(p *field.Path, r float64) field.ErrorList {
 		return nil
 	}
 	return field.ErrorList{field.Invalid(p, r, "must be between 0 and 1")}
+}
+
+// ShardAuto is the shard of replicas that split the Nodes they take over
+// among those alive.
+const ShardAuto = "auto"
+
+// KwokNodeSelector is the annotation selector of kwok's manifests, which
+// a sim agent without nodes of its own takes over Nodes by.
+const KwokNodeSelector = "kwok.x-k8s.io/node=fake"
+
+// TakesOverNodes tells whether the agent takes over Nodes others create.
+func (c *Config) TakesOverNodes() bool {
+	return c.NodeSelection() != NodeSelection{}
+}
+
+// NodeSelection is which Nodes others create the agent takes over, by
+// kwok's options.
+type NodeSelection struct {
+	All                 bool
+	Single              string
+	Annotations, Labels string
+}
+
+// NodeSelection is the Nodes the agent takes over, as kwok's options
+// say: one by name, all, or by annotation and label selectors; kwok's
+// annotation selector for a sim agent with neither a node of its own nor
+// any of them.
+func (c *Config) NodeSelection() NodeSelection {
+	s := NodeSelection{All: c.ManageAllNodes, Single: c.ManageSingleNode,
+		Annotations: c.ManageNodesWithAnnotationSelector, Labels: c.ManageNodesWithLabelSelector}
+	if s == (NodeSelection{}) && c.NodeName == "" && c.Nodes == 0 && c.Provider == ProviderSim {
+		s.Annotations = KwokNodeSelector
+	}
+	return s
+}
+
+// validateTakeOver checks kwok's options: the selectors parse, all
+// conflicts with them (as in kwok), and only sim nodes are taken over.
+func (c *Config) validateTakeOver() field.ErrorList {
+	var errs field.ErrorList
+	for _, sel := range []struct{ path, flag, value string }{
+		{"manageNodesWithAnnotationSelector", "--manage-nodes-with-annotation-selector", c.ManageNodesWithAnnotationSelector},
+		{"manageNodesWithLabelSelector", "--manage-nodes-with-label-selector", c.ManageNodesWithLabelSelector},
+	} {
+		if sel.value == "" {
+			continue
+		}
+		if _, err := labels.Parse(sel.value); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath(sel.path), sel.value, sel.flag+": "+err.Error()))
+		}
+	}
+	selectors := c.ManageNodesWithAnnotationSelector != "" || c.ManageNodesWithLabelSelector != ""
+	if c.ManageSingleNode != "" {
+		for _, msg := range utilvalidation.IsDNS1123Subdomain(c.ManageSingleNode) {
+			errs = append(errs, field.Invalid(field.NewPath("manageSingleNode"), c.ManageSingleNode, "--manage-single-node: "+msg))
+		}
+		if c.ManageAllNodes || selectors {
+			errs = append(errs, field.Invalid(field.NewPath("manageSingleNode"), c.ManageSingleNode,
+				"--manage-single-node conflicts with --manage-all-nodes, --manage-nodes-with-annotation-selector and --manage-nodes-with-label-selector"))
+		}
+	}
+	if c.ManageAllNodes && selectors {
+		errs = append(errs, field.Invalid(field.NewPath("manageAllNodes"), true,
+			"--manage-all-nodes conflicts with --manage-nodes-with-annotation-selector and --manage-nodes-with-label-selector"))
+	}
+	if c.TakesOverNodes() && c.Provider != ProviderSim {
+		errs = append(errs, field.Invalid(field.NewPath("provider"), c.Provider,
+			"only the sim provider takes over Nodes (--manage-all-nodes, --manage-nodes-with-…)"))
+	}
+	return errs
 }
 
 // ParseShard parses "i/n" with 0 <= i < n.

@@ -36,6 +36,15 @@ var identityFields = []struct {
 	{"nodeName", func(c *Config) any { return c.NodeName }, func(d, s *Config) { d.NodeName = s.NodeName }},
 	{"nodes", func(c *Config) any { return c.Nodes }, func(d, s *Config) { d.Nodes = s.Nodes }},
 	{"shard", func(c *Config) any { return c.Shard }, func(d, s *Config) { d.Shard = s.Shard }},
+	{"shardGroup", func(c *Config) any { return c.ShardGroup }, func(d, s *Config) { d.ShardGroup = s.ShardGroup }},
+	{"manageSingleNode", func(c *Config) any { return c.ManageSingleNode }, func(d, s *Config) { d.ManageSingleNode = s.ManageSingleNode }},
+	{"manageAllNodes", func(c *Config) any { return c.ManageAllNodes }, func(d, s *Config) { d.ManageAllNodes = s.ManageAllNodes }},
+	{"manageNodesWithAnnotationSelector", func(c *Config) any { return c.ManageNodesWithAnnotationSelector }, func(d, s *Config) {
+		d.ManageNodesWithAnnotationSelector = s.ManageNodesWithAnnotationSelector
+	}},
+	{"manageNodesWithLabelSelector", func(c *Config) any { return c.ManageNodesWithLabelSelector }, func(d, s *Config) {
+		d.ManageNodesWithLabelSelector = s.ManageNodesWithLabelSelector
+	}},
 	{"provider", func(c *Config) any { return c.Provider }, func(d, s *Config) { d.Provider = s.Provider }},
 	{"rootDir", func(c *Config) any { return c.RootDir }, func(d, s *Config) { d.RootDir = s.RootDir }},
 }

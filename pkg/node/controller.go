@@ -136,6 +136,13 @@ type Node struct {
 	Template *corev1.Node
 	// Provider describes the node; it may also implement provider.NodeNotifier.
 	Provider provider.NodeProvider
+	// TakenOver says that someone else created the Node and the agent
+	// took it over: it is never created (a Node deleted stays deleted),
+	// and it keeps what its creator wrote, as a kubelet keeps it. Only
+	// labels and annotations it lacks are added (no taints, pod ranges or
+	// provider ID), and its capacity, allocatable and addresses, where it
+	// has them, stand in place of the provider's (see keptFields).
+	TakenOver bool
 }
 
 // taskKind is one kind of periodic work on a node.
@@ -159,9 +166,12 @@ func (k taskKind) String() string {
 	return fmt.Sprintf("task(%d)", uint8(k))
 }
 
-// taskKey is a work queue item: one task of one node.
+// taskKey is a work queue item: one task of one node. gen is the node's
+// generation (nodeState.gen): the tasks of a node removed, or removed and
+// added again, are dropped rather than run twice over.
 type taskKey struct {
 	node string
+	gen  uint64
 	task taskKind
 }
 
@@ -169,9 +179,17 @@ type taskKey struct {
 // never runs two tasks with the same key at once, but the tasks of one node
 // run concurrently, so the mutable fields are guarded by mu.
 type nodeState struct {
-	name     string
-	template *corev1.Node // never modified
-	provider provider.NodeProvider
+	name      string
+	gen       uint64
+	template  *corev1.Node // never modified
+	provider  provider.NodeProvider
+	takenOver bool
+	// stop ends what was started for the node (its provider's
+	// notifications); set under the controller's mu once Run started.
+	stop context.CancelFunc
+	// reported is guarded by the controller's mu: the first status write
+	// succeeded.
+	reported bool
 
 	// writeMu serializes the status writes of the node: a write computes
 	// the desired status and patches it holding it, so that no write from
@@ -185,7 +203,9 @@ type nodeState struct {
 	applied     *appliedStatus        // of the status last written
 	appliedAt   time.Time             // when applied was written
 	forceReport bool                  // write the status at the next check even if unchanged
-	reported    bool                  // the first status write succeeded
+	// kept are the fields of a taken-over Node that its creator wrote,
+	// as last read; nil for the agent's own nodes.
+	kept *keptFields
 	// volumesAttached is status.volumesAttached as the attach/detach
 	// controller last set it (SetVolumesAttached).
 	volumesAttached []corev1.AttachedVolume
@@ -195,8 +215,16 @@ type nodeState struct {
 type Controller struct {
 	client kubernetes.Interface
 	opts   Options
-	nodes  map[string]*nodeState
 	queue  workqueue.TypedRateLimitingInterface[taskKey]
+
+	// mu guards the set of nodes, which changes at run time (Add,
+	// Remove), how many of them have reported, and runCtx, Run's context
+	// once it started the nodes it began with.
+	mu       sync.RWMutex
+	nodes    map[string]*nodeState
+	reported int
+	runCtx   context.Context
+	gen      uint64
 
 	// useLeases is decided once by Run before the workers start.
 	useLeases bool
@@ -205,12 +233,12 @@ type Controller struct {
 	randMu sync.Mutex
 	rand   *rand.Rand // for jitter
 
-	reportedNodes atomic.Int64
-	readyOnce     sync.Once
-	ready         chan struct{}
+	readyOnce sync.Once
+	ready     chan struct{}
 }
 
-// NewController returns a controller for nodes. It does no I/O.
+// NewController returns a controller for nodes, which may be none when
+// nodes are added later (Add). It does no I/O.
 func NewController(client kubernetes.Interface, nodes []Node, opts Options) (*Controller, error) {
 	if client == nil {
 		return nil, errors.New("node controller: no API client")
@@ -218,38 +246,47 @@ func NewController(client kubernetes.Interface, nodes []Node, opts Options) (*Co
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("node controller options: %w", err)
 	}
-	if len(nodes) == 0 {
-		return nil, errors.New("node controller: no nodes to manage")
-	}
-	states := make(map[string]*nodeState, len(nodes))
-	for i, n := range nodes {
-		if n.Template == nil || n.Template.Name == "" {
-			return nil, fmt.Errorf("node controller: node %d has no name", i)
-		}
-		name := n.Template.Name
-		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-			return nil, fmt.Errorf("node controller: invalid node name %q: %s", name, strings.Join(msgs, "; "))
-		}
-		if n.Provider == nil {
-			return nil, fmt.Errorf("node controller: node %s has no provider", name)
-		}
-		if _, dup := states[name]; dup {
-			return nil, fmt.Errorf("node controller: node %s is listed twice", name)
-		}
-		states[name] = &nodeState{name: name, template: n.Template, provider: n.Provider}
-	}
-
 	seed := uint64(opts.Clock.Now().UnixNano())
-	return &Controller{
+	c := &Controller{
 		client:    client,
 		opts:      opts,
-		nodes:     states,
+		nodes:     make(map[string]*nodeState, len(nodes)),
 		useLeases: true,
 		rand:      rand.New(rand.NewPCG(seed, uint64(len(nodes)))),
 		ready:     make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(retryBackoff(),
 			workqueue.TypedRateLimitingQueueConfig[taskKey]{Name: "nodelet_nodes", Clock: opts.Clock}),
-	}, nil
+	}
+	for i, n := range nodes {
+		if n.Template == nil || n.Template.Name == "" {
+			return nil, fmt.Errorf("node controller: node %d has no name", i)
+		}
+		if _, dup := c.nodes[n.Template.Name]; dup {
+			return nil, fmt.Errorf("node controller: node %s is listed twice", n.Template.Name)
+		}
+		state, err := c.newState(n)
+		if err != nil {
+			return nil, fmt.Errorf("node controller: %w", err)
+		}
+		c.nodes[state.name] = state
+	}
+	return c, nil
+}
+
+// newState checks n and makes its state, of a new generation.
+func (c *Controller) newState(n Node) (*nodeState, error) {
+	if n.Template == nil || n.Template.Name == "" {
+		return nil, errors.New("a node has no name")
+	}
+	name := n.Template.Name
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return nil, fmt.Errorf("invalid node name %q: %s", name, strings.Join(msgs, "; "))
+	}
+	if n.Provider == nil {
+		return nil, fmt.Errorf("node %s has no provider", name)
+	}
+	c.gen++
+	return &nodeState{name: name, gen: c.gen, template: n.Template, provider: n.Provider, takenOver: n.TakenOver}, nil
 }
 
 // retryBackoff is the per-task delay after failures: 200ms, doubling on
@@ -258,32 +295,35 @@ func retryBackoff() workqueue.TypedRateLimiter[taskKey] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[taskKey](retryBase, retryMax)
 }
 
-// Ready is closed once every node has been registered and its status
-// written once.
+// Ready is closed the first time every node managed then has been
+// registered and has written its status once (at once when Run starts
+// with none). AllReported tells it for the nodes managed now.
 func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // ReportStatus asks for the node's status to be checked now: it is written
 // if it changed since the last report (or a report is due). Unknown names
 // are ignored.
 func (c *Controller) ReportStatus(nodeName string) {
-	if _, ok := c.nodes[nodeName]; ok {
-		c.queue.Add(taskKey{node: nodeName, task: taskStatus})
+	if n := c.node(nodeName); n != nil {
+		c.queue.Add(n.key(taskStatus))
 	}
 }
 
 // ReportAllStatus asks for every node's status to be checked now, as
 // ReportStatus does for one.
 func (c *Controller) ReportAllStatus() {
-	for name := range c.nodes {
-		c.queue.Add(taskKey{node: name, task: taskStatus})
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, n := range c.nodes {
+		c.queue.Add(n.key(taskStatus))
 	}
 }
 
 // NodeReady tells whether the node's last written status had the Ready
 // condition True.
 func (c *Controller) NodeReady(nodeName string) bool {
-	n, ok := c.nodes[nodeName]
-	if !ok {
+	n := c.node(nodeName)
+	if n == nil {
 		return false
 	}
 	n.mu.Lock()
@@ -320,12 +360,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.useLeases = served
 
-	for name, n := range c.nodes {
-		if notifier, ok := n.provider.(provider.NodeNotifier); ok {
-			notifier.NotifyNodeStatus(ctx, func() { c.ReportStatus(name) })
-		}
-		c.queue.Add(taskKey{node: name, task: taskStatus})
-		c.queue.Add(taskKey{node: name, task: taskPing})
+	c.mu.Lock()
+	c.runCtx = ctx
+	starts := make(map[*nodeState]context.Context, len(c.nodes))
+	for _, n := range c.nodes {
+		starts[n] = c.prepareLocked(n)
+	}
+	count := len(c.nodes)
+	c.checkReadyLocked(ctx)
+	c.mu.Unlock()
+	for n, nctx := range starts {
+		c.start(nctx, n)
 	}
 
 	var wg sync.WaitGroup
@@ -335,7 +380,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		})
 	}
-	logger.Info("Node controller started", "nodes", len(c.nodes), "workers", c.opts.Workers, "leases", c.useLeases)
+	logger.Info("Node controller started", "nodes", count, "workers", c.opts.Workers, "leases", c.useLeases)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	wg.Wait()
@@ -372,7 +417,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	n := c.nodes[key.node]
+	n := c.node(key.node)
+	if n == nil || n.gen != key.gen {
+		c.queue.Forget(key) // the node was let go
+		return true
+	}
 	logger := klog.FromContext(ctx).WithValues("node", klog.KRef("", key.node), "task", key.task)
 	ctx = klog.NewContext(ctx, logger)
 
@@ -443,7 +492,7 @@ func (c *Controller) ping(ctx context.Context, n *nodeState) time.Duration {
 		} else {
 			logger.Info("Provider ping succeeds again")
 			if c.useLeases {
-				c.queue.Add(taskKey{node: n.name, task: taskLease})
+				c.queue.Add(n.key(taskLease))
 			}
 		}
 		c.ReportStatus(n.name)
@@ -457,19 +506,4 @@ func errorText(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// markReported counts n's first successful status write and closes Ready
-// once every node has one.
-func (c *Controller) markReported(ctx context.Context, n *nodeState) {
-	n.mu.Lock()
-	first := !n.reported
-	n.reported = true
-	n.mu.Unlock()
-	if first && c.reportedNodes.Add(1) == int64(len(c.nodes)) {
-		c.readyOnce.Do(func() {
-			klog.FromContext(ctx).Info("Every node is registered and has reported its status", "nodes", len(c.nodes))
-			close(c.ready)
-		})
-	}
 }

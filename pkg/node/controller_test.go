@@ -175,7 +175,6 @@ func TestNewControllerRejectsBadInput(t *testing.T) {
 		nodes []Node
 		opts  Options
 	}{
-		{"no nodes", nil, Options{}},
 		{"duplicate name", []Node{{Template: template("a"), Provider: p}, {Template: template("a"), Provider: p}}, Options{}},
 		{"empty name", []Node{{Template: template(""), Provider: p}}, Options{}},
 		{"no template", []Node{{Provider: p}}, Options{}},

@@ -213,7 +213,7 @@ func TestFailedTaskBacksOffOnTheQueue(t *testing.T) {
 	client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("api server unavailable")
 	})
-	key := taskKey{node: "n", task: taskLease}
+	key := c.node("n").key(taskLease)
 	c.queue.Add(key)
 	// The sum stays below the delaying queue's 10s heartbeat, which would
 	// otherwise wake it while the clock is stepped.

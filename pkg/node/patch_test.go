@@ -225,7 +225,7 @@ func TestAdoptPatch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			current := tt.current.DeepCopy()
 			current.Name, current.ResourceVersion = "n", "3"
-			patch, err := adoptPatch(desired, current)
+			patch, err := adoptPatch(desired, current, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,7 +293,7 @@ func TestAdoptPatchSetsSpecOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			desired := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: tt.desired}
 			current := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "3"}, Spec: tt.current}
-			patch, err := adoptPatch(desired, current)
+			patch, err := adoptPatch(desired, current, false)
 			if err != nil {
 				t.Fatal(err)
 			}

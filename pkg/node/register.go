@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,63 @@ func (c *Controller) desiredNode(ctx context.Context, n *nodeState) *corev1.Node
 	if c.opts.Conditions != nil {
 		setConditions(&node.Status, c.opts.Conditions(n.name))
 	}
+	n.mu.Lock()
+	n.kept.apply(&node.Status)
+	n.mu.Unlock()
 	return node
+}
+
+// keptFields are the parts of a taken-over Node's status that its creator
+// wrote and the agent keeps, as a kubelet keeps them on a Node it did not
+// create: capacity, allocatable and addresses, each where the Node had it
+// when it was adopted (nil: the provider's stands). Conditions, nodeInfo,
+// daemonEndpoints and the rest are the agent's to report.
+type keptFields struct {
+	capacity, allocatable corev1.ResourceList
+	addresses             []corev1.NodeAddress
+}
+
+// keptFrom is what of current's status the agent keeps: the fields its
+// creator set.
+func keptFrom(current *corev1.Node) *keptFields {
+	return &keptFields{
+		capacity:    maps.Clone(current.Status.Capacity),
+		allocatable: maps.Clone(current.Status.Allocatable),
+		addresses:   slices.Clone(current.Status.Addresses),
+	}
+}
+
+// refresh takes the newest values of the kept fields from current, so
+// that a creator who changes them later is followed too.
+func (k *keptFields) refresh(current *corev1.Node) {
+	if k == nil {
+		return
+	}
+	if k.capacity != nil && current.Status.Capacity != nil {
+		k.capacity = maps.Clone(current.Status.Capacity)
+	}
+	if k.allocatable != nil && current.Status.Allocatable != nil {
+		k.allocatable = maps.Clone(current.Status.Allocatable)
+	}
+	if k.addresses != nil && current.Status.Addresses != nil {
+		k.addresses = slices.Clone(current.Status.Addresses)
+	}
+}
+
+// apply puts the kept fields into status in place of the provider's.
+func (k *keptFields) apply(status *corev1.NodeStatus) {
+	if k == nil {
+		return
+	}
+	if k.capacity != nil {
+		status.Capacity = maps.Clone(k.capacity)
+	}
+	if k.allocatable != nil {
+		status.Allocatable = maps.Clone(k.allocatable)
+	}
+	if k.addresses != nil {
+		status.Addresses = slices.Clone(k.addresses)
+	}
 }
 
 // setConditions puts each of extra into status, in place of the condition
@@ -78,16 +135,29 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 	if !apierrors.IsAlreadyExists(err) {
 		return "", nil, fmt.Errorf("create node: %w", err)
 	}
-	var current *corev1.Node
+	uid, current, err := c.adopt(ctx, desired, false)
+	if err != nil {
+		return "", nil, err
+	}
+	logKeptSpec(logger, desired, current)
+	return uid, nil, nil
+}
 
+// adopt adds to the existing Node what it lacks of desired (adoptPatch)
+// and returns its UID and the Node as it was read. A taken-over Node that
+// is missing gives errNodeGone: it is never created.
+func (c *Controller) adopt(ctx context.Context, desired *corev1.Node, takenOver bool) (types.UID, *corev1.Node, error) {
+	nodes := c.client.CoreV1().Nodes()
+	var current *corev1.Node
 	var uid types.UID
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if current == nil {
+			var err error
 			if current, err = nodes.Get(ctx, desired.Name, metav1.GetOptions{}); err != nil {
 				return err
 			}
 		}
-		patch, err := adoptPatch(desired, current)
+		patch, err := adoptPatch(desired, current, takenOver)
 		if err != nil {
 			return err
 		}
@@ -103,12 +173,14 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 		uid = adopted.UID
 		return nil
 	})
+	if takenOver && apierrors.IsNotFound(err) {
+		return "", nil, errNodeGone
+	}
 	if err != nil {
 		return "", nil, fmt.Errorf("adopt existing node: %w", err)
 	}
-	logger.V(2).Info("Adopted existing node", "uid", uid)
-	logKeptSpec(logger, desired, current)
-	return uid, nil, nil
+	klog.FromContext(ctx).V(2).Info("Adopted existing node", "uid", uid, "takenOver", takenOver)
+	return uid, current, nil
 }
 
 // adoptPatch is the strategic merge patch that adds to current the labels,
@@ -120,9 +192,17 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 // (the API refuses it). Taints are a list replaced as a whole, so the patch
 // carries current's resourceVersion and fails with a Conflict on a newer
 // node.
-func adoptPatch(desired, current *corev1.Node) ([]byte, error) {
+//
+// A taken-over Node keeps what its creator wrote: only the labels and
+// annotations whose keys it lacks are added, and nothing of its spec.
+func adoptPatch(desired, current *corev1.Node, takenOver bool) ([]byte, error) {
 	labels := missingEntries(desired.Labels, current.Labels)
 	annotations := missingEntries(desired.Annotations, current.Annotations)
+	if takenOver {
+		labels = missingKeys(desired.Labels, current.Labels)
+		annotations = missingKeys(desired.Annotations, current.Annotations)
+		desired = &corev1.Node{ObjectMeta: desired.ObjectMeta}
+	}
 	spec := map[string]any{}
 	taints := append([]corev1.Taint(nil), current.Spec.Taints...)
 	for _, t := range desired.Spec.Taints {
@@ -190,6 +270,17 @@ func missingEntries(want, have map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range want {
 		if got, ok := have[k]; !ok || got != v {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// missingKeys are the entries of want whose keys have lacks.
+func missingKeys(want, have map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range want {
+		if _, ok := have[k]; !ok {
 			out[k] = v
 		}
 	}

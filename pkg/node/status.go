@@ -44,15 +44,23 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 	if uid == "" {
 		var err error
 		var created *corev1.NodeStatus
-		if uid, created, err = c.register(ctx, desired); err != nil {
+		var kept *keptFields
+		if n.takenOver {
+			var current *corev1.Node
+			if uid, current, err = c.adopt(ctx, desired, true); err != nil {
+				return 0, fmt.Errorf("adopt node: %w", err)
+			}
+			kept = keptFrom(current)
+		} else if uid, created, err = c.register(ctx, desired); err != nil {
 			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
+		n.kept = kept
 		n.uid, n.lease, n.applied = uid, nil, newAppliedStatus(created)
 		n.appliedAt, n.forceReport = c.spread(c.opts.Clock.Now()), false
 		n.mu.Unlock()
 		if c.useLeases {
-			c.queue.Add(taskKey{node: n.name, task: taskLease})
+			c.queue.Add(n.key(taskLease))
 		}
 		if created != nil {
 			// Created with its status: that was the first report.
@@ -101,7 +109,7 @@ func (c *Controller) spread(reported time.Time) time.Time {
 // report writes desired as the status of n, registered with uid, and
 // records it as applied. The caller holds n.writeMu.
 func (c *Controller) report(ctx context.Context, n *nodeState, uid types.UID, desired *corev1.Node) error {
-	written, err := c.writeStatus(ctx, n.name, uid, &desired.Status)
+	written, err := c.writeStatus(ctx, n, uid, &desired.Status)
 	if errors.Is(err, errNodeGone) {
 		n.mu.Lock()
 		n.uid, n.lease, n.applied = "", nil, nil
@@ -125,8 +133,8 @@ func (c *Controller) report(ctx context.Context, n *nodeState, uid types.UID, de
 // not registered yet gets the list with its registration; a node this
 // controller does not manage, or whose Node was deleted, gives NotFound.
 func (c *Controller) SetVolumesAttached(ctx context.Context, node types.NodeName, volumes []corev1.AttachedVolume) error {
-	n, ok := c.nodes[string(node)]
-	if !ok {
+	n := c.node(string(node))
+	if n == nil {
 		return apierrors.NewNotFound(corev1.Resource("nodes"), string(node))
 	}
 	n.writeMu.Lock()
@@ -144,7 +152,7 @@ func (c *Controller) SetVolumesAttached(ctx context.Context, node types.NodeName
 	}
 	err := c.report(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("node", klog.KRef("", n.name))), n, uid, desired)
 	if errors.Is(err, errNodeGone) {
-		c.queue.Add(taskKey{node: n.name, task: taskStatus})
+		c.queue.Add(n.key(taskStatus))
 		return apierrors.NewNotFound(corev1.Resource("nodes"), string(node))
 	}
 	return err
@@ -165,14 +173,15 @@ func (c *Controller) forceReport(n *nodeState) {
 	n.mu.Lock()
 	n.forceReport = true
 	n.mu.Unlock()
-	c.queue.Add(taskKey{node: n.name, task: taskStatus})
+	c.queue.Add(n.key(taskStatus))
 }
 
 // writeStatus writes desired onto the Node with a three-way patch, from a
 // fresh copy of the Node each attempt, retrying on Conflict. It returns the
 // status written, with its condition times.
-func (c *Controller) writeStatus(ctx context.Context, name string, uid types.UID, desired *corev1.NodeStatus) (*corev1.NodeStatus, error) {
+func (c *Controller) writeStatus(ctx context.Context, n *nodeState, uid types.UID, desired *corev1.NodeStatus) (*corev1.NodeStatus, error) {
 	nodes := c.client.CoreV1().Nodes()
+	name := n.name
 	var written *corev1.NodeStatus
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		current, err := nodes.Get(ctx, name, metav1.GetOptions{})
@@ -186,6 +195,11 @@ func (c *Controller) writeStatus(ctx context.Context, name string, uid types.UID
 			return errNodeGone
 		}
 		status := desired.DeepCopy()
+		// A taken-over Node's creator may have changed what it keeps.
+		n.mu.Lock()
+		n.kept.refresh(current)
+		n.kept.apply(status)
+		n.mu.Unlock()
 		previous := current.Status.Conditions
 		if last := lastApplied(current); last != nil {
 			previous = last.Conditions

@@ -29,8 +29,8 @@ func (c *Controller) onNode(obj any) {
 	if !ok {
 		return
 	}
-	n, ok := c.nodes[node.Name]
-	if !ok {
+	n := c.node(node.Name)
+	if n == nil {
 		return
 	}
 	n.mu.Lock()

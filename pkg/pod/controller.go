@@ -9,8 +9,8 @@ package pod
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -73,7 +73,6 @@ type Controller struct {
 	client      kubernetes.Interface
 	informer    cache.SharedIndexInformer
 	lister      corelisters.PodLister
-	providers   map[string]provider.PodLifecycleHandler
 	recorder    record.EventRecorder
 	queue       workqueue.TypedRateLimitingInterface[string]
 	statusQueue workqueue.TypedRateLimitingInterface[string]
@@ -87,18 +86,23 @@ type Controller struct {
 
 	metrics *metrics
 	synced  chan struct{}
+
+	// mu guards the nodes: the set grows and shrinks at run time
+	// (AddNode, RemoveNode). runCtx is Run's context once Run has taken
+	// the nodes it started with; a node added later starts on its own.
+	mu        sync.RWMutex
+	providers map[string]provider.PodLifecycleHandler
+	runCtx    context.Context
 }
 
 // NewController returns a controller for the pods bound to the nodes in
-// providers (node name → provider). The informer must see at least those
-// pods; pods on other nodes are ignored. It adds NodeNameIndex to the
-// informer, so it must be called before the informer starts.
+// providers (node name → provider); AddNode and RemoveNode change the set
+// later. The informer must see at least those pods; pods on other nodes
+// are ignored. It adds NodeNameIndex to the informer, so it must be
+// called before the informer starts.
 func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, providers map[string]provider.PodLifecycleHandler, recorder record.EventRecorder, opts Options) (*Controller, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
-	}
-	if len(providers) == 0 {
-		return nil, errors.New("no providers: a pod controller needs at least one node")
 	}
 	informer := pods.Informer()
 	if _, ok := informer.GetIndexer().GetIndexers()[NodeNameIndex]; !ok {
@@ -110,7 +114,7 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 		client:      client,
 		informer:    informer,
 		lister:      pods.Lister(),
-		providers:   providers,
+		providers:   make(map[string]provider.PodLifecycleHandler, len(providers)),
 		recorder:    recorder,
 		queue:       newQueue("pods"),
 		statusQueue: newQueue("pod_status"),
@@ -120,6 +124,7 @@ func NewController(client kubernetes.Interface, pods coreinformers.PodInformer, 
 		metrics:     newMetrics(),
 		synced:      make(chan struct{}),
 	}
+	maps.Copy(c.providers, providers)
 	_, err := informer.AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: c.ours,
 		Handler: cache.ResourceEventHandlerFuncs{
@@ -160,8 +165,58 @@ func (c *Controller) ours(obj any) bool {
 	if !ok {
 		return false
 	}
-	_, ok = c.providers[pod.Spec.NodeName]
+	_, ok = c.provider(pod.Spec.NodeName)
 	return ok
+}
+
+// provider is the provider of a managed node.
+func (c *Controller) provider(node string) (provider.PodLifecycleHandler, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	p, ok := c.providers[node]
+	return p, ok
+}
+
+// AddNode makes the controller run the pods bound to node with p, from now
+// on: a node taken over at run time. Its pods already bound are synced
+// (created, or restored where they ran before on another agent) once Run
+// has started. Adding a node that is managed already replaces its provider.
+func (c *Controller) AddNode(node string, p provider.PodLifecycleHandler) {
+	c.mu.Lock()
+	c.providers[node] = p
+	ctx := c.runCtx
+	c.mu.Unlock()
+	if ctx != nil {
+		go c.startNode(ctx, node, p)
+	}
+}
+
+// RemoveNode lets node go: its pods are no longer synced and their status
+// no longer written, and nothing is stopped; whoever manages the node next
+// takes them over.
+func (c *Controller) RemoveNode(node string) {
+	c.mu.Lock()
+	delete(c.providers, node)
+	c.mu.Unlock()
+	c.records.forgetNode(node)
+}
+
+// startNode hooks a node's provider up and reconciles it with the API, as
+// Run does for the nodes it starts with.
+func (c *Controller) startNode(ctx context.Context, node string, p provider.PodLifecycleHandler) {
+	if n, ok := p.(provider.PodNotifier); ok {
+		n.NotifyPods(ctx, func(pod *corev1.Pod) { c.pushed(ctx, pod) })
+	}
+	if _, err := c.reconcileNode(ctx, node, p); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Reconciling a node taken over failed", "node", node)
+	}
+}
+
+// nodes are the managed nodes and their providers, as they are now.
+func (c *Controller) nodes() map[string]provider.PodLifecycleHandler {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return maps.Clone(c.providers)
 }
 
 // enqueue queues an informer object's pod in both queues: a change in the
@@ -190,16 +245,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.statusQueue.ShutDown()
 	logger := klog.FromContext(ctx)
 
-	for _, p := range c.providers {
-		if n, ok := p.(provider.PodNotifier); ok {
-			n.NotifyPods(ctx, func(pod *corev1.Pod) { c.pushed(ctx, pod) })
-		}
-	}
 	logger.Info("Waiting for pod cache to sync")
 	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
 		return fmt.Errorf("pod cache did not sync: %w", ctx.Err())
 	}
-	if err := c.reconcileStartup(ctx); err != nil {
+	// From here, a node added starts on its own (AddNode).
+	c.mu.Lock()
+	start := maps.Clone(c.providers)
+	c.runCtx = ctx
+	c.mu.Unlock()
+	for _, p := range start {
+		if n, ok := p.(provider.PodNotifier); ok {
+			n.NotifyPods(ctx, func(pod *corev1.Pod) { c.pushed(ctx, pod) })
+		}
+	}
+	if err := c.reconcileStartup(ctx, start); err != nil {
 		return err
 	}
 	close(c.synced)
@@ -216,7 +276,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { c.pollStatus(ctx) })
-	logger.Info("Pod controller started", "nodes", len(c.providers), "workers", c.opts.Workers)
+	logger.Info("Pod controller started", "nodes", len(start), "workers", c.opts.Workers)
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.statusQueue.ShutDown()
@@ -253,15 +313,6 @@ func (c *Controller) timedSync(ctx context.Context, key string) error {
 // pollStatus re-syncs the pods of providers that cannot push status: the
 // spec worker reads their status from the provider and queues it.
 func (c *Controller) pollStatus(ctx context.Context) {
-	var polled []string
-	for node, p := range c.providers {
-		if _, ok := p.(provider.PodNotifier); !ok {
-			polled = append(polled, node)
-		}
-	}
-	if len(polled) == 0 {
-		return
-	}
 	t := c.opts.Clock.NewTicker(c.opts.StatusPollInterval)
 	defer t.Stop()
 	for {
@@ -270,7 +321,10 @@ func (c *Controller) pollStatus(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		for _, node := range polled {
+		for node, p := range c.nodes() {
+			if _, pushes := p.(provider.PodNotifier); pushes {
+				continue
+			}
 			pods, err := c.informer.GetIndexer().ByIndex(NodeNameIndex, node)
 			if err != nil {
 				continue

@@ -77,7 +77,7 @@ func (c *Controller) forEachPod(f func(*corev1.Pod)) {
 		return
 	}
 	for _, p := range pods {
-		if _, ok := c.providers[p.Spec.NodeName]; ok {
+		if _, ok := c.provider(p.Spec.NodeName); ok {
 			f(p)
 		}
 	}

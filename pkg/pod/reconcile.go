@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/podrules"
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 var metav1GetOptions = metav1.GetOptions{}
@@ -66,53 +67,66 @@ func decideLostPod(pod *corev1.Pod, canRestore bool) lostAction {
 	}
 }
 
-// reconcileStartup runs once the cache has synced: pods the providers run
-// that the API does not know are stopped; every API pod on our nodes is
-// queued, so the sync creates, restores or fails what the providers lost.
-func (c *Controller) reconcileStartup(ctx context.Context) error {
+// reconcileStartup runs once the cache has synced, over the nodes Run
+// starts with: see reconcileNode.
+func (c *Controller) reconcileStartup(ctx context.Context, nodes map[string]provider.PodLifecycleHandler) error {
+	dangling := 0
+	for node, p := range nodes {
+		n, err := c.reconcileNode(ctx, node, p)
+		if err != nil {
+			return err
+		}
+		dangling += n
+	}
+	klog.FromContext(ctx).Info("Start-up reconcile done", "dangling", dangling)
+	return nil
+}
+
+// reconcileNode makes one node's provider and the API agree: pods the
+// provider runs that the API does not know are stopped; every API pod on
+// the node is queued, so the sync creates, restores or fails what the
+// provider lost. It returns how many dangling pods it stopped.
+func (c *Controller) reconcileNode(ctx context.Context, node string, p provider.PodLifecycleHandler) (int, error) {
 	logger := klog.FromContext(ctx)
 	dangling := 0
-	for node, p := range c.providers {
-		pods, err := listProviderPods(ctx, node, p)
-		if err != nil {
-			return fmt.Errorf("list pods of node %s: %w", node, err)
-		}
-		for _, provPod := range pods {
-			key := provPod.Namespace + "/" + provPod.Name
-			if podrules.IsStaticPod(provPod) {
-				// Not the API's: only its mirror pod's status is ours.
-				c.queue.Add(key)
-				continue
-			}
-			c.records.get(key, node, provPod.UID)
-			apiPod, err := c.apiPod(ctx, provPod.Namespace, provPod.Name)
-			switch {
-			case apierrors.IsNotFound(err):
-				apiPod = nil
-			case err != nil:
-				// Unsure: keep it and let the sync retry.
-				c.queue.Add(key)
-				continue
-			}
-			if decideProviderPod(provPod, apiPod) == deleteInProv {
-				dangling++
-				logger.Info("Stopping dangling pod the API does not know", "pod", klog.KObj(provPod), "node", node)
-				if err := p.DeletePod(ctx, immediate(provPod)); err != nil {
-					logger.Error(err, "Stopping dangling pod failed", "pod", klog.KObj(provPod))
-				}
-			}
-			c.queue.Add(key)
-		}
-		objs, err := c.informer.GetIndexer().ByIndex(NodeNameIndex, node)
-		if err != nil {
-			return fmt.Errorf("index pods of node %s: %w", node, err)
-		}
-		for _, obj := range objs {
-			c.enqueue(obj)
-		}
+	pods, err := listProviderPods(ctx, node, p)
+	if err != nil {
+		return 0, fmt.Errorf("list pods of node %s: %w", node, err)
 	}
-	logger.Info("Start-up reconcile done", "dangling", dangling)
-	return nil
+	for _, provPod := range pods {
+		key := provPod.Namespace + "/" + provPod.Name
+		if podrules.IsStaticPod(provPod) {
+			// Not the API's: only its mirror pod's status is ours.
+			c.queue.Add(key)
+			continue
+		}
+		c.records.get(key, node, provPod.UID)
+		apiPod, err := c.apiPod(ctx, provPod.Namespace, provPod.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			apiPod = nil
+		case err != nil:
+			// Unsure: keep it and let the sync retry.
+			c.queue.Add(key)
+			continue
+		}
+		if decideProviderPod(provPod, apiPod) == deleteInProv {
+			dangling++
+			logger.Info("Stopping dangling pod the API does not know", "pod", klog.KObj(provPod), "node", node)
+			if err := p.DeletePod(ctx, immediate(provPod)); err != nil {
+				logger.Error(err, "Stopping dangling pod failed", "pod", klog.KObj(provPod))
+			}
+		}
+		c.queue.Add(key)
+	}
+	objs, err := c.informer.GetIndexer().ByIndex(NodeNameIndex, node)
+	if err != nil {
+		return dangling, fmt.Errorf("index pods of node %s: %w", node, err)
+	}
+	for _, obj := range objs {
+		c.enqueue(obj)
+	}
+	return dangling, nil
 }
 
 // immediate returns a copy of pod to be stopped without a grace period.

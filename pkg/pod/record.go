@@ -90,3 +90,14 @@ func (r *records) forget(key string) {
 	defer r.mu.Unlock()
 	delete(r.m, key)
 }
+
+// forgetNode forgets the records of every pod on node.
+func (r *records) forgetNode(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, rec := range r.m {
+		if rec.node == node {
+			delete(r.m, key)
+		}
+	}
+}

@@ -71,7 +71,7 @@ func (c *Controller) syncStatus(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := c.providers[pod.Spec.NodeName]; !ok {
+	if _, ok := c.provider(pod.Spec.NodeName); !ok {
 		c.reports.drop(key, rep.seq)
 		return nil
 	}

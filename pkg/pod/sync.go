@@ -33,7 +33,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	p, ok := c.providers[pod.Spec.NodeName]
+	p, ok := c.provider(pod.Spec.NodeName)
 	if !ok {
 		return nil
 	}
@@ -105,7 +105,12 @@ func (c *Controller) syncGone(ctx context.Context, key, namespace, name string) 
 	if !ok {
 		return nil
 	}
-	p := c.providers[rec.node]
+	p, ok := c.provider(rec.node)
+	if !ok {
+		// The node was let go: its pods are not ours to stop.
+		c.records.forget(key)
+		return nil
+	}
 	provPod, err := p.GetPod(ctx, namespace, name)
 	if errors.Is(err, provider.ErrNotFound) {
 		c.records.forget(key)

@@ -46,6 +46,9 @@ func StartDaemon(dir, name, path string, args ...string) (*Daemon, error) {
 }
 
 // exited says whether the process has ended, and how.
+// PID is the process's ID.
+func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+
 func (d *Daemon) exited() (bool, error) {
 	select {
 	case <-d.done:

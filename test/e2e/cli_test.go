@@ -41,6 +41,8 @@ func TestBadInputExits(t *testing.T) {
 		{"unknown provider", []string{"--kubeconfig", kubeconfig, "--node-name", "n", "--provider", "nope"}, "provider"},
 		{"negative lease duration", []string{"--kubeconfig", kubeconfig, "--node-name", "n", "--node-lease-duration-seconds", "-1"}, "nodeLeaseDurationSeconds"},
 		{"unknown flag", []string{"--kubeconfig", kubeconfig, "--node-name", "n", "--no-such-flag"}, "no-such-flag"},
+		{"bad annotation selector", []string{"--kubeconfig", kubeconfig, "--manage-nodes-with-annotation-selector", "a==b=c"}, "--manage-nodes-with-annotation-selector"},
+		{"all nodes and a selector", []string{"--kubeconfig", kubeconfig, "--manage-all-nodes", "--manage-nodes-with-label-selector", "a=b"}, "--manage-all-nodes conflicts"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

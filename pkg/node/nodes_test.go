@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// A Node someone else created keeps their labels, taints, capacity and
+// addresses; the agent adds the labels it lacks, its status conditions and
+// nodeInfo, and a Lease.
+func TestTakenOverNodeKeepsWhatItsCreatorWrote(t *testing.T) {
+	theirs := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "kwok-0", UID: "their-uid",
+			Labels:      map[string]string{"provider/label": "theirs"},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "nodelet.io/template": "theirs"},
+		},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "kwok.x-k8s.io/node", Value: "fake", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourcePods: resource.MustParse("50"), corev1.ResourceCPU: resource.MustParse("32")},
+			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("40")},
+			Addresses:   []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.9.9.9"}},
+		},
+	}
+	client := newFakeClient(true, theirs)
+	tmpl := template("kwok-0")
+	tmpl.Spec.Taints = []corev1.Taint{{Key: "nodelet.io/ours", Effect: corev1.TaintEffectNoSchedule}}
+	tmpl.Spec.PodCIDR, tmpl.Spec.PodCIDRs = "10.0.0.0/24", []string{"10.0.0.0/24"}
+	c, err := NewController(client, []Node{{Template: tmpl, Provider: &fakeProvider{}, TakenOver: true}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+
+	got := getNode(t, client, "kwok-0")
+	if got.UID != "their-uid" {
+		t.Fatalf("node UID %s: it was replaced", got.UID)
+	}
+	if got.Labels["provider/label"] != "theirs" || got.Labels["nodelet.io/test"] != "yes" ||
+		got.Annotations["nodelet.io/template"] != "theirs" || got.Annotations["kwok.x-k8s.io/node"] != "fake" {
+		t.Errorf("metadata = %+v, want theirs kept and only missing keys added", got.ObjectMeta)
+	}
+	if len(got.Spec.Taints) != 1 || got.Spec.Taints[0].Key != "kwok.x-k8s.io/node" || got.Spec.PodCIDR != "" {
+		t.Errorf("spec = %+v, want theirs untouched", got.Spec)
+	}
+	if q := got.Status.Capacity[corev1.ResourcePods]; q.String() != "50" || len(got.Status.Capacity) != 2 {
+		t.Errorf("capacity = %v, want theirs", got.Status.Capacity)
+	}
+	if q := got.Status.Allocatable[corev1.ResourcePods]; q.String() != "40" {
+		t.Errorf("allocatable = %v, want theirs", got.Status.Allocatable)
+	}
+	if len(got.Status.Addresses) != 1 || got.Status.Addresses[0].Address != "10.9.9.9" {
+		t.Errorf("addresses = %v, want theirs", got.Status.Addresses)
+	}
+	if condition(got, corev1.NodeReady) == nil || got.Annotations[LastAppliedAnnotation] == "" {
+		t.Errorf("status = %+v, want the agent's Ready condition and record", got.Status)
+	}
+	poll(t, "the node's Lease", func() bool {
+		l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), "kwok-0", metav1.GetOptions{})
+		return err == nil && l.OwnerReferences[0].UID == "their-uid"
+	})
+}
+
+// A taken-over Node that is missing is never created: it was deleted.
+func TestTakenOverNodeIsNeverCreated(t *testing.T) {
+	client := newFakeClient(true)
+	c, err := NewController(client, []Node{{Template: template("gone"), Provider: &fakeProvider{}, TakenOver: true}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	poll(t, "the adoption tried twice", func() bool {
+		gets := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "get" && a.GetResource().Resource == "nodes" {
+				gets++
+			}
+		}
+		return gets >= 2
+	})
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" {
+			t.Errorf("created %s, want nothing created", a.GetResource().Resource)
+		}
+	}
+	if c.AllReported() {
+		t.Error("AllReported with a node that is not registered")
+	}
+}
+
+// Nodes added and removed at run time: an added node registers and gets
+// its Lease; a removed node's Lease is no longer renewed.
+func TestAddAndRemoveAtRunTime(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	client := newFakeClient(true)
+	c, err := NewController(client, nil, Options{Clock: clk, Workers: 1, PingInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c) // none to register
+	for _, name := range []string{"a", "b"} {
+		if err := c.Add(Node{Template: template(name), Provider: &fakeProvider{}}); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, "the Lease of "+name, func() bool { return leaseOf(client, name) != nil })
+	}
+	poll(t, "every node reported", c.AllReported)
+
+	c.Remove("a")
+	if c.Len() != 1 || !c.AllReported() {
+		t.Errorf("after Remove: %d nodes, all reported %v; want 1, true", c.Len(), c.AllReported())
+	}
+	renewedA := leaseOf(client, "a").Spec.RenewTime.Time
+	before := leaseOf(client, "b").Spec.RenewTime.Time
+	// One worker runs the due tasks in the order they fell due: once b's
+	// Lease is renewed, a's renewal, due before it, would have run too.
+	// The clock moves on at each look, in case b's renewal was not yet
+	// scheduled at the last.
+	poll(t, "b's Lease renewed", func() bool {
+		clk.Step(c.opts.RenewInterval)
+		return leaseOf(client, "b").Spec.RenewTime.Time.After(before)
+	})
+	if !leaseOf(client, "a").Spec.RenewTime.Time.Equal(renewedA) {
+		t.Error("the removed node's Lease was renewed")
+	}
+	if err := c.Add(Node{Template: template("Bad_Name"), Provider: &fakeProvider{}}); err == nil {
+		t.Error("Add of an invalid name succeeded")
+	}
+	// A provider may notify as soon as it is asked to.
+	if err := c.Add(Node{Template: template("eager"), Provider: &eagerNotifier{}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the eager node's Lease", func() bool { return leaseOf(client, "eager") != nil })
+}
+
+// eagerNotifier notifies a status change the moment it is asked to notify.
+type eagerNotifier struct{ fakeProvider }
+
+func (p *eagerNotifier) NotifyNodeStatus(_ context.Context, notify func()) { notify() }
+
+func leaseOf(client *fake.Clientset, name string) *coordinationv1.Lease {
+	l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return l
+}
