@@ -445,36 +445,9 @@ func TestNothingStoppedBeforeTheSourcesAreRead(t *testing.T) {
 // "mirror pod termination should satisfy grace period when static pod is
 // updated"). The mirror pod was replaced at once.
 func TestMirrorPodStaysWhileThePreviousVersionStops(t *testing.T) {
-	h := run(t, node())
-	writeAtomic(t, filepath.Join(h.dir, "web.yaml"), podYAML)
-	h.reread()
-	var first *corev1.Pod
-	eventually(t, "mirrored", func() (bool, string) {
-		m, err := h.mirror()
-		first = m
-		return err == nil, fmt.Sprint(err)
-	})
-	h.runner.mu.Lock()
-	h.runner.slowStop = true
-	h.runner.mu.Unlock()
-	writeAtomic(t, filepath.Join(h.dir, "web.yaml"), strings.Replace(podYAML, "3600", "3601", 1))
-	h.reread()
-	eventually(t, "the old version stopping", func() (bool, string) {
-		h.runner.mu.Lock()
-		defer h.runner.mu.Unlock()
-		return h.runner.stopping["default/web-n"], fmt.Sprint(h.runner.stopping)
-	})
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		h.reread()
-		if m, err := h.mirror(); err != nil || m.UID != first.UID {
-			t.Fatalf("the mirror pod changed while the old version stops: %v, %v", m, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.runner.finish("default/web-n")
-	h.reread()
-	eventually(t, "the new version mirrored", func() (bool, string) {
+	mirrorKeptWhileStopping(t, func(h *harness) {
+		writeAtomic(t, filepath.Join(h.dir, "web.yaml"), strings.Replace(podYAML, "3600", "3601", 1))
+	}, "the new version mirrored", func(h *harness, first *corev1.Pod) (bool, string) {
 		p, _ := h.runner.get("default/web-n")
 		m, err := h.mirror()
 		return p != nil && err == nil && m.UID != first.UID && podrules.IsMirrorOf(m, p), fmt.Sprint(p != nil, err)
@@ -486,6 +459,22 @@ func TestMirrorPodStaysWhileThePreviousVersionStops(t *testing.T) {
 // goes once the pod has stopped (the node e2e suite's "mirror pod
 // termination should satisfy grace period when static pod is deleted").
 func TestMirrorPodStaysWhileTheStaticPodStops(t *testing.T) {
+	mirrorKeptWhileStopping(t, func(h *harness) {
+		if err := os.Remove(filepath.Join(h.dir, "web.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}, "the mirror pod gone", func(h *harness, _ *corev1.Pod) (bool, string) {
+		_, err := h.mirror()
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// mirrorKeptWhileStopping mirrors the static pod of web.yaml, slows its
+// stop, makes change to the manifest and checks that the mirror pod stays
+// as it was while the pod stops; once the pod has stopped, after says
+// when what follows is there.
+func mirrorKeptWhileStopping(t *testing.T, change func(h *harness), what string, after func(h *harness, first *corev1.Pod) (bool, string)) {
+	t.Helper()
 	h := run(t, node())
 	writeAtomic(t, filepath.Join(h.dir, "web.yaml"), podYAML)
 	h.reread()
@@ -498,9 +487,7 @@ func TestMirrorPodStaysWhileTheStaticPodStops(t *testing.T) {
 	h.runner.mu.Lock()
 	h.runner.slowStop = true
 	h.runner.mu.Unlock()
-	if err := os.Remove(filepath.Join(h.dir, "web.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	change(h)
 	h.reread()
 	eventually(t, "the pod stopping", func() (bool, string) {
 		h.runner.mu.Lock()
@@ -511,14 +498,11 @@ func TestMirrorPodStaysWhileTheStaticPodStops(t *testing.T) {
 	for time.Now().Before(deadline) {
 		h.reread()
 		if m, err := h.mirror(); err != nil || m.UID != first.UID {
-			t.Fatalf("the mirror pod changed while the static pod stops: %v, %v", m, err)
+			t.Fatalf("the mirror pod changed while the pod stops: %v, %v", m, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	h.runner.finish("default/web-n")
 	h.reread()
-	eventually(t, "the mirror pod gone", func() (bool, string) {
-		_, err := h.mirror()
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
+	eventually(t, what, func() (bool, string) { return after(h, first) })
 }
