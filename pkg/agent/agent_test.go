@@ -59,11 +59,7 @@ func TestBuildMakesEveryLoopWithoutRunning(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.broadcaster.Shutdown()
-			var got []string
-			for name := range b.loops {
-				got = append(got, name)
-			}
-			slices.Sort(got)
+			got := slices.Sorted(maps.Keys(b.loops))
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("loops %q, want %q", got, tt.want)
 			}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -99,11 +100,7 @@ func TestBuildWithNodeSelector(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.broadcaster.Shutdown()
-	var got []string
-	for name := range b.loops {
-		got = append(got, name)
-	}
-	slices.Sort(got)
+	got := slices.Sorted(maps.Keys(b.loops))
 	if want := []string{"healthz", "node controller", "node takeover", "pod controller", "shard membership"}; !slices.Equal(got, want) {
 		t.Errorf("loops %q, want %q", got, want)
 	}
