@@ -38,6 +38,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/proc"
 )
 
 type options struct {
@@ -635,34 +637,22 @@ func procStat(pid int) (comm string, self, children float64) {
 // readProcStat reads /proc/PID/stat: the command name, and the fields after
 // it (state, ppid, …), or none when the process is gone.
 func readProcStat(pid int) (comm string, fields []string) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	comm, fields, err := proc.Stat(pid)
 	if err != nil {
 		return "", nil
 	}
-	// The command name is in parentheses and may hold anything.
-	start, end := strings.IndexByte(string(data), '('), strings.LastIndexByte(string(data), ')')
-	if start < 0 || end < start {
-		return "", nil
-	}
-	return string(data[start+1 : end]), strings.Fields(string(data[end+1:]))
+	return comm, fields
 }
 
-func procPeakRSS(pid int) float64 { return procStatusKB(pid, "VmHWM:") / 1024 }
+func procPeakRSS(pid int) float64 { return procStatusKB(pid, "VmHWM") / 1024 }
 
-// procStatusKB reads one kB field of /proc/PID/status.
+// procStatusKB reads one kB field of /proc/PID/status, NaN when it cannot.
 func procStatusKB(pid int, field string) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kb, err := proc.StatusKB(pid, field)
 	if err != nil {
 		return math.NaN()
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			var kb float64
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
-			return kb
-		}
-	}
-	return math.NaN()
+	return float64(kb)
 }
 
 func percentile(sorted []float64, p float64) float64 {

@@ -248,7 +248,7 @@ func machineCPU() float64 {
 }
 
 // procRSS is a process's resident memory now, in MiB.
-func procRSS(pid int) float64 { return procStatusKB(pid, "VmRSS:") / 1024 }
+func procRSS(pid int) float64 { return procStatusKB(pid, "VmRSS") / 1024 }
 
 // supervisorsRSS sums the resident memory of the sandboxes and shims whose
 // command line names rootDir.
