@@ -219,7 +219,7 @@ func (c *cluster) drain(n *node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if c.suite == suiteNode {
-		manifests, _ := filepath.Glob(filepath.Join(c.dir, "manifests", "*"))
+		manifests, _ := filepath.Glob(filepath.Join(c.manifestsDir(), "*"))
 		for _, m := range manifests {
 			if err := os.Remove(m); err != nil {
 				return fmt.Errorf("drain node %s: %w", n.name, err)

@@ -172,7 +172,7 @@ func (c *cluster) prepareNodeSuite(n *node) ([]string, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	manifests := filepath.Join(c.dir, "manifests")
+	manifests := c.manifestsDir()
 	if err := os.MkdirAll(manifests, 0o755); err != nil {
 		return nil, err
 	}
@@ -191,11 +191,14 @@ func (c *cluster) prepareNodeSuite(n *node) ([]string, error) {
 	return []string{"--config", cfg}, nil
 }
 
+// manifestsDir is the node suite's static pod directory.
+func (c *cluster) manifestsDir() string { return filepath.Join(c.dir, "manifests") }
+
 // nodeSuiteLeft lists what the node suite left on the host: container
 // logs and static pod manifests.
 func (c *cluster) nodeSuiteLeft() []string {
 	var left []string
-	for _, d := range []string{podLogsDir, containerLogsDir, filepath.Join(c.dir, "manifests")} {
+	for _, d := range []string{podLogsDir, containerLogsDir, c.manifestsDir()} {
 		entries, err := os.ReadDir(d)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			left = append(left, fmt.Sprintf("%s unknown (read: %v)", d, err))
