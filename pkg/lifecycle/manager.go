@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -137,7 +138,19 @@ type Manager struct {
 	nodeGen    int
 	// orphans are sandboxes of no known pod that could not be removed yet.
 	orphans map[types.UID]bool
+	// nextAttempts are, by static pod UID, the attempt each container of
+	// a static pod that terminated would have run next: a static pod
+	// created again with that UID (its manifest removed and written back)
+	// goes on counting its containers' restarts from there, as the
+	// kubelet's do from the containers the runtime still holds.
+	nextAttempts map[types.UID]map[string]int
+	// attemptsOrder are nextAttempts' UIDs, the oldest first.
+	attemptsOrder []types.UID
 }
+
+// maxNextAttempts bounds nextAttempts: static pods whose manifests never
+// come back are forgotten, the oldest first.
+const maxNextAttempts = 64
 
 // New returns a manager; it does no I/O until Run or the first call.
 func New(parts Parts, opts Options) (*Manager, error) {
@@ -395,6 +408,13 @@ func (m *Manager) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return provider.Reject(r.Reason, "%s", r.Message)
 	}
 	w := newPodWorker(m.deps, m, pod, m.clock.Now())
+	if next, ok := m.nextAttempts[pod.UID]; ok {
+		delete(m.nextAttempts, pod.UID)
+		for name, attempt := range next {
+			cs := w.containerLocked(name)
+			cs.firstAttempt, cs.backOffFrom = attempt, attempt
+		}
+	}
 	if err := m.states.save(w.state()); err != nil {
 		return err
 	}
@@ -575,6 +595,33 @@ func (m *Manager) forget(w *podWorker) {
 		delete(m.byUID, w.uid)
 	}
 	m.parts.Probes.forget(w.name, w.namespace, w.uid)
+	if pod := w.snapshot(); podrules.IsStaticPod(pod) {
+		m.rememberAttempts(pod)
+	}
+}
+
+// rememberAttempts keeps the next attempt of each container of a static
+// pod that terminated (nextAttempts): one past its last, for a container
+// that ran.
+func (m *Manager) rememberAttempts(pod *corev1.Pod) {
+	next := map[string]int{}
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if cs.ContainerID != "" || cs.LastTerminationState.Terminated != nil || cs.State.Terminated != nil {
+			next[cs.Name] = int(cs.RestartCount) + 1
+		}
+	}
+	if len(next) == 0 {
+		return
+	}
+	if m.nextAttempts == nil {
+		m.nextAttempts = map[types.UID]map[string]int{}
+	}
+	m.nextAttempts[pod.UID] = next
+	m.attemptsOrder = append(slices.DeleteFunc(m.attemptsOrder, func(u types.UID) bool { return u == pod.UID }), pod.UID)
+	for len(m.attemptsOrder) > maxNextAttempts {
+		delete(m.nextAttempts, m.attemptsOrder[0])
+		m.attemptsOrder = m.attemptsOrder[1:]
+	}
 }
 
 // containerExited is the runtime's exit callback.

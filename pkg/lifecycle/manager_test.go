@@ -29,6 +29,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
+	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
 )
 
@@ -1083,4 +1084,52 @@ func TestHostPortConflictIsRefused(t *testing.T) {
 	if err := f.m.CreatePod(ctx, withPort("second")); err != nil {
 		t.Errorf("CreatePod once the port is free: %v", err)
 	}
+}
+
+// A static pod whose manifest is removed and written back is the same pod
+// (its UID comes from the manifest) created again once it has terminated:
+// its containers go on counting their restarts, as the kubelet's do (the
+// node e2e suite's "MirrorPod … should successfully recreate when file is
+// removed and recreated" waits for restart count 1). An API pod's UID is
+// never reused, and a static pod of another UID starts from 0.
+func TestStaticPodCreatedAgainGoesOnCountingRestarts(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	static := func(uid types.UID) *corev1.Pod {
+		p := testPod("web", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyAlways, Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+		p.UID = uid
+		p.Annotations = map[string]string{podrules.ConfigSourceAnnotation: "file"}
+		return p
+	}
+	restarts := func(want int32) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("running with restart count %d", want), func() (bool, string) {
+			s := f.status("web")
+			return s.Phase == corev1.PodRunning && len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].State.Running != nil &&
+				s.ContainerStatuses[0].RestartCount == want, fmt.Sprintf("%s %+v", s.Phase, s.ContainerStatuses)
+		})
+	}
+	recreate := func(old, pod *corev1.Pod) {
+		t.Helper()
+		if err := f.m.DeletePod(context.Background(), old); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the pod terminated", func() (bool, string) {
+			_, err := f.m.GetPod(context.Background(), "ns", "web")
+			return errors.Is(err, provider.ErrNotFound), fmt.Sprint(err)
+		})
+		if err := f.m.CreatePod(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := static("static-1")
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	restarts(0)
+	recreate(pod, pod)
+	restarts(1)
+	recreate(pod, pod)
+	restarts(2)
+	recreate(pod, static("static-2"))
+	restarts(0)
 }

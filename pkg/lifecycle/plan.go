@@ -183,7 +183,7 @@ func computeContainerActions(v *podView, now time.Time) podActions {
 	for i := range v.ephemeral {
 		// An ephemeral container runs once, never restarted.
 		if cv := &v.ephemeral[i]; cv.latest == nil {
-			a.start(cv, 0, false)
+			a.start(cv, cv.firstAttempt, false)
 		}
 	}
 	if v.appsDone {
@@ -215,7 +215,7 @@ func (a *podActions) initContainer(v *podView, cv *containerView, now time.Time)
 	st := cv.latest
 	switch {
 	case st == nil:
-		a.start(cv, 0, false)
+		a.start(cv, cv.firstAttempt, false)
 	case st.State == StateRunning:
 		a.add(actSyncProbes, cv)
 	case cv.lost:
@@ -242,7 +242,7 @@ func (a *podActions) sidecar(v *podView, i int, now time.Time) bool {
 	st := cv.latest
 	switch {
 	case st == nil:
-		a.start(cv, 0, false)
+		a.start(cv, cv.firstAttempt, false)
 		return false
 	case st.State == StateRunning && newImage(cv):
 		// Restarted at once with the image its spec names, as an app
@@ -279,7 +279,7 @@ func (a *podActions) sidecar(v *podView, i int, now time.Time) bool {
 func (a *podActions) appContainer(v *podView, cv *containerView, now time.Time) {
 	st := cv.latest
 	if st == nil {
-		a.start(cv, 0, false)
+		a.start(cv, cv.firstAttempt, false)
 		return
 	}
 	a.add(actSyncProbes, cv)

@@ -48,6 +48,8 @@ type containerView struct {
 	// of that image, from which its back-off counts.
 	image       string
 	backOffFrom int
+	// firstAttempt is the attempt a container never started starts as.
+	firstAttempt int
 	// probing: the probes run for the latest attempt, so started is
 	// theirs; otherwise a probe sync starts them afresh.
 	probing bool

@@ -126,6 +126,10 @@ type containerState struct {
 	// first attempt of that image.
 	image       string
 	backOffFrom int
+	// firstAttempt is the attempt the container's first start in this pod
+	// worker runs: 0, or where a static pod created again with the UID of
+	// one that terminated goes on from.
+	firstAttempt int
 	// killedAttempt is 1 + the attempt killed for a failed liveness or
 	// startup probe (0: none): it restarts unless the pod's policy is
 	// Never, whatever its exit code, as the kubelet restarts it.
@@ -392,7 +396,7 @@ func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, in
 	// A terminating pod's containers are not ready, as the kubelet
 	// reports them, whatever their readiness probes said last.
 	cv.started, cv.ready, cv.applied = cs.started, cs.ready && !w.deleting, cs.applied
-	cv.image, cv.backOffFrom = cs.image, cs.backOffFrom
+	cv.image, cv.backOffFrom, cv.firstAttempt = cs.image, cs.backOffFrom, cs.firstAttempt
 	if records == nil {
 		return cv
 	}

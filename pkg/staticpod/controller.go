@@ -45,7 +45,8 @@ type Runner interface {
 type Options struct {
 	NodeName string
 	// ManifestDir is the directory of pod manifests (the kubelet's
-	// staticPodPath), read every FileCheckFrequency.
+	// staticPodPath), read every FileCheckFrequency and, as the kubelet
+	// reads it, as soon as a file in it changes.
 	ManifestDir        string
 	FileCheckFrequency time.Duration
 	// URL serves pod manifests (the kubelet's staticPodURL), read every
@@ -115,6 +116,10 @@ type Controller struct {
 	desired map[string]*corev1.Pod
 	// seen is when each static pod (by UID) was first seen by this run.
 	seen map[types.UID]string
+	// stopping are the UIDs of the static pods this run has asked the node
+	// to stop, by namespace/name, until they are gone: one whose manifest
+	// comes back meanwhile starts again once it has stopped.
+	stopping map[string]types.UID
 	// warned is the last warning given about a subject (a manifest, a
 	// pod), so that a problem that lasts is reported once.
 	warned map[string]string
@@ -139,8 +144,9 @@ func New(client kubernetes.Interface, runner Runner, pods coreinformers.PodInfor
 		),
 		nodeRef: &corev1.ObjectReference{Kind: "Node", Name: opts.NodeName, UID: types.UID(opts.NodeName)},
 		desired: map[string]*corev1.Pod{},
-		seen:    map[types.UID]string{},
-		warned:  map[string]string{},
+		seen:     map[types.UID]string{},
+		stopping: map[string]types.UID{},
+		warned:   map[string]string{},
 	}
 	_, err := pods.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: c.isOurMirror,
@@ -214,10 +220,18 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.enqueueAll(ctx)
 	})
 	if c.opts.ManifestDir != "" {
-		wg.Go(func() { c.poll(ctx, c.opts.FileCheckFrequency, c.readFiles) })
+		changed := make(chan struct{}, 1)
+		w := &dirWatch{dir: c.opts.ManifestDir, changed: changed}
+		defer w.close()
+		wg.Go(func() {
+			c.poll(ctx, c.opts.FileCheckFrequency, changed, func(ctx context.Context) {
+				w.ensure(ctx)
+				c.readFiles(ctx)
+			})
+		})
 	}
 	if c.opts.URL != "" {
-		wg.Go(func() { c.poll(ctx, c.opts.HTTPCheckFrequency, c.readURL) })
+		wg.Go(func() { c.poll(ctx, c.opts.HTTPCheckFrequency, nil, c.readURL) })
 	}
 	logger.Info("Static pods started", "manifestDir", c.opts.ManifestDir, "url", c.opts.URL)
 	<-ctx.Done()
@@ -226,9 +240,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// poll calls read at once and then every period, and has every static pod
-// synced after each read: a resync that also retries what failed.
-func (c *Controller) poll(ctx context.Context, period time.Duration, read func(context.Context)) {
+// poll calls read at once, then every period and whenever changed says
+// the source changed, and has every static pod synced after each read: a
+// resync that also retries what failed.
+func (c *Controller) poll(ctx context.Context, period time.Duration, changed <-chan struct{}, read func(context.Context)) {
 	t := c.opts.Clock.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -238,6 +253,7 @@ func (c *Controller) poll(ctx context.Context, period time.Duration, read func(c
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-changed:
 		}
 	}
 }

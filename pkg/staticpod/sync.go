@@ -59,16 +59,19 @@ const (
 )
 
 // decideStatic compares the static pod wanted (nil: none) with the one
-// the node runs under that name (nil: none). Versions are told apart by
-// UID, which derives from the manifest: the same manifest is the same pod
-// across agent restarts, and is left running.
-func decideStatic(want, running *corev1.Pod) staticAction {
+// the node runs under that name (nil: none), which is stopping if the
+// node was asked to stop it. Versions are told apart by UID, which derives
+// from the manifest: the same manifest is the same pod across agent
+// restarts, and is left running. A pod that is stopping stops whatever is
+// wanted: one whose manifest came back starts again once it has stopped,
+// as the kubelet restarts it.
+func decideStatic(want, running *corev1.Pod, stopping bool) staticAction {
 	switch {
 	case running == nil && want == nil:
 		return staticNone
 	case running == nil:
 		return staticCreate
-	case want == nil || running.UID != want.UID:
+	case stopping || want == nil || running.UID != want.UID:
 		return staticStop
 	}
 	return staticNone
@@ -88,11 +91,20 @@ func (c *Controller) syncStatic(ctx context.Context, key, namespace, name string
 		}
 		return fmt.Errorf("static pod %s: the API's pod of that name runs on the node; %w", key, errWaiting)
 	}
-	switch decideStatic(want, running) {
+	c.mu.Lock()
+	if running == nil {
+		delete(c.stopping, key)
+	}
+	stopping := running != nil && c.stopping[key] == running.UID
+	c.mu.Unlock()
+	switch decideStatic(want, running, stopping) {
 	case staticStop:
 		if err := c.runner.DeletePod(ctx, running); err != nil && !errors.Is(err, provider.ErrNotFound) {
 			return fmt.Errorf("stop static pod: %w", err)
 		}
+		c.mu.Lock()
+		c.stopping[key] = running.UID
+		c.mu.Unlock()
 		klog.FromContext(ctx).V(2).Info("Stopping static pod", "uid", running.UID, "replaced", want != nil)
 		return fmt.Errorf("static pod %s: %w", key, errStopping)
 	case staticCreate:

@@ -60,17 +60,20 @@ func TestDecideStatic(t *testing.T) {
 	tests := []struct {
 		name          string
 		want, running *corev1.Pod
+		stopping      bool
 		expected      staticAction
 	}{
-		{"nothing", nil, nil, staticNone},
-		{"new manifest", pod("h1"), nil, staticCreate},
-		{"running as wanted (an agent restart)", pod("h1"), pod("h1"), staticNone},
-		{"manifest edited", pod("h2"), pod("h1"), staticStop},
-		{"manifest removed", nil, pod("h1"), staticStop},
+		{"nothing", nil, nil, false, staticNone},
+		{"new manifest", pod("h1"), nil, false, staticCreate},
+		{"running as wanted (an agent restart)", pod("h1"), pod("h1"), false, staticNone},
+		{"manifest edited", pod("h2"), pod("h1"), false, staticStop},
+		{"manifest removed", nil, pod("h1"), false, staticStop},
+		{"manifest back while the pod stops", pod("h1"), pod("h1"), true, staticStop},
+		{"manifest back once the pod stopped", pod("h1"), nil, true, staticCreate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := decideStatic(tt.want, tt.running); got != tt.expected {
+			if got := decideStatic(tt.want, tt.running, tt.stopping); got != tt.expected {
 				t.Errorf("decideStatic() = %v, want %v", got, tt.expected)
 			}
 		})
@@ -129,6 +132,8 @@ type fakeRunner struct {
 	mu      sync.Mutex
 	pods    map[string]*corev1.Pod
 	created int
+	// deletes counts the requests to stop a pod.
+	deletes int
 	// slowStop keeps a deleted pod, as one still stopping, until finish.
 	slowStop bool
 	stopping map[string]bool
@@ -155,6 +160,7 @@ func (f *fakeRunner) CreatePod(_ context.Context, p *corev1.Pod) error {
 func (f *fakeRunner) DeletePod(_ context.Context, p *corev1.Pod) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.deletes++
 	key := p.Namespace + "/" + p.Name
 	if f.slowStop {
 		if f.stopping == nil {
@@ -505,4 +511,52 @@ func mirrorKeptWhileStopping(t *testing.T, change func(h *harness), what string,
 	h.runner.finish("default/web-n")
 	h.reread()
 	eventually(t, what, func() (bool, string) { return after(h, first) })
+}
+
+// A manifest removed and written back at once is seen gone in between,
+// without waiting for the periodic read (the fake clock never fires it
+// here), and its pod, the same pod by its UID, stops and then starts
+// again, as the kubelet restarts it (the node e2e suite's "MirrorPod …
+// should successfully recreate when file is removed and recreated"). Its
+// mirror pod stays meanwhile. Read only every period, the removal went
+// unseen and the pod ran on untouched.
+func TestManifestRemovedAndWrittenBackRestartsThePod(t *testing.T) {
+	h := run(t, node())
+	path := filepath.Join(h.dir, "web.yaml")
+	writeAtomic(t, path, podYAML)
+	var first *corev1.Pod
+	eventually(t, "running and mirrored, seen without a periodic read", func() (bool, string) {
+		p, _ := h.runner.get("default/web-n")
+		m, err := h.mirror()
+		first = m
+		return p != nil && err == nil, fmt.Sprint(p != nil, err)
+	})
+	h.runner.mu.Lock()
+	h.runner.slowStop = true
+	h.runner.mu.Unlock()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod stopping", func() (bool, string) {
+		h.runner.mu.Lock()
+		defer h.runner.mu.Unlock()
+		return h.runner.stopping["default/web-n"], fmt.Sprint(h.runner.stopping)
+	})
+	writeAtomic(t, path, podYAML)
+	eventually(t, "the manifest read again", func() (bool, string) {
+		h.runner.mu.Lock()
+		defer h.runner.mu.Unlock()
+		return h.runner.deletes > 1, fmt.Sprintf("%d stop requests", h.runner.deletes)
+	})
+	if _, created := h.runner.get("default/web-n"); created != 1 {
+		t.Fatalf("the pod was started again before it stopped (%d starts)", created)
+	}
+	h.runner.finish("default/web-n")
+	eventually(t, "started again", func() (bool, string) {
+		p, created := h.runner.get("default/web-n")
+		return p != nil && created == 2, fmt.Sprintf("running %v, %d starts", p != nil, created)
+	})
+	if m, err := h.mirror(); err != nil || m.UID != first.UID {
+		t.Errorf("the mirror pod was replaced: %v, %v", m, err)
+	}
 }
