@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	mobymountinfo "github.com/moby/sys/mountinfo"
 )
@@ -18,6 +19,43 @@ type Mount struct {
 	Point string
 	// Options are the per-mount options, comma-separated ("rw,nosuid").
 	Options string
+	// Root is the directory of the mounted file system that the mount
+	// shows at Point: "/" for a whole file system, the directory bound for
+	// a bind mount.
+	Root string
+	// Major and Minor name the mounted file system's device.
+	Major, Minor int
+	// Propagation are the mount's propagation fields, space-separated
+	// ("shared:1 master:2"); empty for a private mount.
+	Propagation string
+}
+
+// Shared says whether mounts and unmounts below the mount propagate to
+// its peers (mount --make-shared).
+func (m Mount) Shared() bool {
+	return slices.ContainsFunc(strings.Fields(m.Propagation), func(f string) bool { return strings.HasPrefix(f, "shared:") })
+}
+
+// Containing returns the mount that path lies on: the deepest mount point
+// at or above it, the last mounted among those at the same point. path
+// must be absolute and clean, with no symbolic link in it.
+func Containing(mounts []Mount, path string) (Mount, bool) {
+	var found Mount
+	ok := false
+	for _, m := range mounts {
+		if !within(path, m.Point) {
+			continue
+		}
+		if !ok || len(m.Point) >= len(found.Point) {
+			found, ok = m, true
+		}
+	}
+	return found, ok
+}
+
+// within says whether path is dir or lies below it.
+func within(path, dir string) bool {
+	return path == dir || dir == "/" || strings.HasPrefix(path, dir+"/")
 }
 
 // Read returns the mounts of the calling process's mount namespace, in the
@@ -68,7 +106,7 @@ func read(filter mobymountinfo.FilterFunc) ([]Mount, error) {
 	}
 	out := make([]Mount, 0, len(infos))
 	for _, i := range infos {
-		out = append(out, Mount{Point: i.Mountpoint, Options: i.Options})
+		out = append(out, Mount{Point: i.Mountpoint, Options: i.Options, Root: i.Root, Major: i.Major, Minor: i.Minor, Propagation: i.Optional})
 	}
 	return out, nil
 }

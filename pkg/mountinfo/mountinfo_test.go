@@ -77,3 +77,34 @@ func TestUnderADirectory(t *testing.T) {
 		t.Errorf("Under(%s/a) = %v, %v; want nothing", dir, got, err)
 	}
 }
+
+func TestContaining(t *testing.T) {
+	mounts := []Mount{
+		{Point: "/", Root: "/"},
+		{Point: "/var/lib", Root: "/a"},
+		{Point: "/var", Root: "/b"},
+		{Point: "/var/lib", Root: "/c", Propagation: "master:3 shared:7"},
+		{Point: "/var/library", Root: "/d"},
+	}
+	tests := []struct {
+		path, wantRoot string
+		shared         bool
+	}{
+		{"/", "/", false},
+		{"/etc", "/", false},
+		{"/var/log", "/b", false},
+		// The deepest point, the last mounted at it.
+		{"/var/lib", "/c", true},
+		{"/var/lib/kubelet", "/c", true},
+		{"/var/libx", "/b", false},
+	}
+	for _, tt := range tests {
+		m, ok := Containing(mounts, tt.path)
+		if !ok || m.Root != tt.wantRoot || m.Shared() != tt.shared {
+			t.Errorf("Containing(%s) = %+v, %v; want the mount of root %s, shared %v", tt.path, m, ok, tt.wantRoot, tt.shared)
+		}
+	}
+	if m, ok := Containing(mounts[1:2], "/etc"); ok {
+		t.Errorf("Containing(/etc) found %+v in a table without /", m)
+	}
+}

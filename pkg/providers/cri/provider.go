@@ -200,6 +200,10 @@ func (p *Provider) Run(ctx context.Context) error {
 		// The runtime still creates each pod's cgroup with its parents.
 		klog.FromContext(ctx).Error(err, "Unable to create the QoS cgroups")
 	}
+	if err := shareRootDir(p.opts.RootDir); err != nil {
+		// Only containers whose mounts propagate need it: the others run.
+		klog.FromContext(ctx).Error(err, "Unable to make the root directory a shared mount")
+	}
 	var wg sync.WaitGroup
 	if d := p.opts.Devices; d != nil {
 		d.Notify(p.NodeStatusChanged)
@@ -230,8 +234,30 @@ func (p *Provider) Run(ctx context.Context) error {
 		err = p.Manager.Run(ctx)
 	}
 	wg.Wait()
+	p.leaveRootDir(klog.FromContext(ctx))
 	p.runtime.conn.close(context.Background())
 	return err
+}
+
+// leaveRootDir undoes the root directory's binding onto itself
+// (unshareRootDir) when the runtime holds no sandbox of the node's: the
+// agent leaves no pod behind.
+func (p *Provider) leaveRootDir(logger klog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.runtime.relist(ctx); err != nil {
+		logger.V(2).Info("Leaving the root directory shared: the runtime's sandboxes are unknown", "err", err)
+		return
+	}
+	p.runtime.mu.Lock()
+	left := len(p.runtime.sandboxes)
+	p.runtime.mu.Unlock()
+	if left > 0 {
+		return
+	}
+	if err := unshareRootDir(p.opts.RootDir); err != nil {
+		logger.Error(err, "Unable to undo the root directory's shared mount")
+	}
 }
 
 // waitForRuntime waits until the runtime answers, through which the pods
