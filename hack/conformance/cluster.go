@@ -185,6 +185,9 @@ func (c *cluster) startNode(ctx context.Context, n *node, extra []string) error 
 		// runs, and a kubelet's 10-15% free default would make the run's
 		// outcome the machine's fill level.
 		"--eviction-hard=memory.available<100Mi"}, extra...)
+	// Once the agent has stopped: the binding of its root directory onto
+	// itself, which it leaves when it stops with volumes mounted.
+	c.onStop(func() error { return crienv.UnmountRootDir(n.rootDir) })
 	d, err := c.daemon(n.name, filepath.Join(c.bin, "nodelet"), args...)
 	if err != nil {
 		return err

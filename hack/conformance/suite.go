@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
+	"github.com/nodelet/nodelet/test/crienv"
 	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
 )
@@ -154,6 +155,11 @@ func (c *cluster) prepareNodeSuite(n *node) ([]string, error) {
 		c.onStop(func() error {
 			if mounts, err := mountinfo.Under(d); err != nil || len(mounts) > 0 {
 				return fmt.Errorf("%s left in place: mounts below it %v (%v)", d, mounts, err)
+			}
+			// The root directory's binding onto itself, which the agent
+			// leaves when it stops with volumes mounted.
+			if err := crienv.UnmountRootDir(d); err != nil {
+				return err
 			}
 			return os.RemoveAll(d)
 		})

@@ -275,7 +275,7 @@ func (w *podWorker) containerSpec(ctx context.Context, pod *corev1.Pod, c *corev
 	}
 	for _, m := range mounts {
 		spec.Mounts = append(spec.Mounts, Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation,
-			Image: m.Image, ImageSubPath: m.ImageSubPath})
+			RecursiveReadOnly: m.RecursiveReadOnly, Image: m.Image, ImageSubPath: m.ImageSubPath})
 	}
 	return spec, nil
 }

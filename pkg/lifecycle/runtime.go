@@ -115,6 +115,10 @@ type Mount struct {
 	Destination string
 	ReadOnly    bool
 	Propagation corev1.MountPropagationMode
+	// RecursiveReadOnly is the volumeMount's recursiveReadOnly ("" when
+	// unset): whether the mounts below Source are read-only too, as the
+	// runtime supports (Enabled: it must; IfPossible: where it can).
+	RecursiveReadOnly corev1.RecursiveReadOnlyMode
 	// Image is the source of an image volume (spec.volumes[].image): the
 	// runtime pulls its reference by its pull policy, with the pod's image
 	// pull secrets, and mounts it read-only. A runtime without images

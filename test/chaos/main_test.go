@@ -260,6 +260,11 @@ func startAgent(t *testing.T, nodeName string, o agentOptions) *node {
 		if err := n.Stop(); err != nil {
 			t.Errorf("agent %s: %v", nodeName, err)
 		}
+		if o.provider == "cri" {
+			if err := crienv.UnmountRootDir(o.rootDir); err != nil {
+				t.Error(err)
+			}
+		}
 		if t.Failed() && n.Log != "" {
 			t.Logf("nodelet log for %s (%s):\n%s", nodeName, n.Log, lastLines(n.LogText(), 80))
 		}

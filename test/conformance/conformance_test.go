@@ -104,6 +104,17 @@ func TestNodeSelection(t *testing.T) {
 			t.Errorf("%q: run %v, want %v", name, got, run)
 		}
 	}
+	// The node smoke set is part of the selection, and its focus selects
+	// each of its specs and no other.
+	smoke := regexp.MustCompile(NodeSmokeFocus())
+	for _, name := range NodeSmoke {
+		if !focus.MatchString(name) || skip.MatchString(name) || !smoke.MatchString(name) {
+			t.Errorf("node smoke spec %q: not run by the selection or not matched by its focus", name)
+		}
+	}
+	if smoke.MatchString("[sig-node] MirrorPod when create a mirror pod should be recreated when mirror pod gracefully deleted [NodeConformance]") {
+		t.Errorf("the node smoke focus selects a spec it does not name")
+	}
 	args := strings.Join(NodeE2EArgs(NodeOptions{Host: "https://127.0.0.1:6443", BearerToken: "t", NodeName: "n"}), " ")
 	for _, want := range []string{"--conformance=true", "--start-services=false", "--prepull-images=false", "--host=https://127.0.0.1:6443", "--bearer-token=t"} {
 		if !strings.Contains(args, want) {

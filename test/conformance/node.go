@@ -5,6 +5,18 @@ package conformance
 // the specs of test/e2e/common it shares with e2e.test among them.
 const NodeFocus = `\[NodeConformance\]`
 
+// NodeSmoke is the smoke set of the node conformance test that make test
+// runs (test/e2e): static pods and their mirror pods, read from the
+// directory the node's /configz names, updated, and removed and written
+// back at once.
+var NodeSmoke = []string{
+	"[sig-node] MirrorPod when create a mirror pod should be updated when static pod updated [NodeConformance]",
+	"[sig-node] MirrorPod when create a mirror pod should successfully recreate when file is removed and recreated [NodeConformance]",
+}
+
+// NodeSmokeFocus is the --ginkgo.focus of the node smoke set.
+func NodeSmokeFocus() string { return focusOf(NodeSmoke) }
+
 // NodeSkips are the specs of NodeFocus that the node conformance run does
 // not run, each with its reason; docs/conformance.md lists them between
 // NodeSkipTableStart and NodeSkipTableEnd. The first three are what

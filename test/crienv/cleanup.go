@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -169,4 +170,26 @@ func removeNamespaceCgroups(own *slot) error {
 	// And the parents the cri provider gives its pods' cgroups.
 	errs = append(errs, cri.RemoveQoSCgroups())
 	return errors.Join(errs...)
+}
+
+// UnmountRootDir unmounts what a cri node left mounted at its root
+// directory itself: the provider binds the directory onto itself to make
+// it a shared mount, and leaves the binding while its pods' volumes are
+// mounted below it, or when it was killed. A test that made the directory
+// calls it, once the agent has stopped and its pods are gone, before the
+// directory is removed.
+func UnmountRootDir(dir string) error {
+	for range 10 {
+		mounts, err := mountinfo.Read()
+		if err != nil {
+			return fmt.Errorf("unmount root directory %s: %w", dir, err)
+		}
+		if !slices.ContainsFunc(mounts, func(m mountinfo.Mount) bool { return m.Point == dir }) {
+			return nil
+		}
+		if err := unix.Unmount(dir, unix.UMOUNT_NOFOLLOW); err != nil {
+			return fmt.Errorf("unmount root directory %s: %w", dir, err)
+		}
+	}
+	return fmt.Errorf("unmount root directory %s: still mounted after 10 unmounts", dir)
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
+	"github.com/nodelet/nodelet/test/fault"
 )
 
 // TestConformanceSmoke runs the smoke set of Kubernetes' node conformance
@@ -80,6 +82,48 @@ func TestConformanceSmoke(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no passed spec matches %q", name)
+		}
+	}
+}
+
+// TestNodeConformanceSmoke runs the smoke set of Kubernetes' node
+// conformance test (e2e_node.test --conformance; make node-conformance
+// runs all of it, conformance.NodeSmoke says which) through the same
+// runner, hack/conformance --suite node, which brings up a cluster of its
+// own: the suite wants a cluster whose only node is the one under test,
+// with the kubelet's paths (/var/lib/kubelet, /var/log/pods), and checks
+// that nothing is left behind. Its kubelet port is a free one; its
+// read-only port is the suite's 10255.
+func TestNodeConformanceSmoke(t *testing.T) {
+	bin := filepath.Join(root, "bin")
+	for _, b := range []string{"e2e_node.test", "conformance", "ginkgo"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			t.Fatalf("%s missing: make test builds it", filepath.Join(bin, b))
+		}
+	}
+	out := t.TempDir()
+	cmd := exec.Command(filepath.Join(bin, "conformance"), "--suite", "node", "--bin", bin, "--out", out,
+		"--images", filepath.Join(root, ".local", "images"), "--kubelet-port", strconv.Itoa(fault.FreePort(t)),
+		"--procs", "2", "--focus", conformance.NodeSmokeFocus())
+	cmd.SysProcAttr = stopWithParent()
+	output, err := cmd.CombinedOutput()
+	summary, readErr := conformance.ReadJUnit(filepath.Join(out, "cri", "junit_01.xml"))
+	if readErr != nil {
+		t.Fatalf("the node suite wrote no report (%v, exit %v):\n%s", readErr, err, lastLines(string(output), 80))
+	}
+	t.Logf("node conformance smoke set: %s", summary)
+	if err != nil {
+		t.Errorf("the runner failed (%v): a spec failed or the suite left something behind:\n%s", err, lastLines(string(output), 150))
+	}
+	for _, name := range conformance.NodeSmoke {
+		found := false
+		for _, r := range summary.Results {
+			if strings.Contains(r.Name, name) && r.Status == "passed" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the node smoke spec %q did not run and pass", name)
 		}
 	}
 }

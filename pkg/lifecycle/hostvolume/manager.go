@@ -318,7 +318,7 @@ func (m *Manager) TearDown(ctx context.Context, pod *corev1.Pod) error {
 		}
 		for _, v := range vols {
 			dir := filepath.Join(root, p.Name(), v.Name())
-			if err := unmountIfMounted(dir); err != nil {
+			if err := unmountVolume(dir); err != nil {
 				errs = append(errs, fmt.Errorf("volume %q: %w", v.Name(), err))
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
@@ -28,6 +30,26 @@ func ensureTmpfs(dir, opts string) error {
 		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
 	}
 	return nil
+}
+
+// unmountVolume unmounts what is mounted below a pod's volume directory,
+// the deepest first, then what is mounted on it: a container whose mount
+// of the volume propagates to the host (Bidirectional) may leave a file
+// system it mounted inside, which would keep the volume, and so the pod,
+// from being removed.
+func unmountVolume(dir string) error {
+	below, err := mountinfo.Under(dir)
+	if err != nil {
+		return err
+	}
+	slices.Reverse(below) // the last mounted first
+	slices.SortStableFunc(below, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	for _, p := range below {
+		if err := unmountIfMounted(p); err != nil {
+			return err
+		}
+	}
+	return unmountIfMounted(dir)
 }
 
 // unmountIfMounted unmounts whatever is mounted on dir, lazily if it is busy.

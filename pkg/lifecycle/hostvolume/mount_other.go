@@ -19,6 +19,8 @@ func ensureTmpfs(dir, opts string) error {
 
 func unmountIfMounted(string) error { return nil }
 
+func unmountVolume(string) error { return nil }
+
 // IsMountPoint reports false: no mount is known without Linux's table.
 func IsMountPoint(string) (bool, error) { return false, nil }
 

@@ -22,6 +22,9 @@ type Mount struct {
 	Destination string // the volumeMount's mountPath
 	ReadOnly    bool
 	Propagation corev1.MountPropagationMode // the volumeMount's, if set
+	// RecursiveReadOnly is the volumeMount's recursiveReadOnly ("" when
+	// unset), which the runtime resolves against what it supports.
+	RecursiveReadOnly corev1.RecursiveReadOnlyMode
 	// Image is an image volume's source, and ImageSubPath the subPath in
 	// it (checked, not resolved: the image is not on the host yet).
 	Image        *corev1.ImageVolumeSource
@@ -80,9 +83,13 @@ func containerMount(volumes map[string]*corev1.Volume, paths, env map[string]str
 	if vm.MountPropagation != nil {
 		propagation = *vm.MountPropagation
 	}
+	var rro corev1.RecursiveReadOnlyMode
+	if vm.RecursiveReadOnly != nil {
+		rro = *vm.RecursiveReadOnly
+	}
 	if vol.Image != nil {
 		image := *vol.Image
-		return Mount{Destination: vm.MountPath, ReadOnly: true, Propagation: propagation, Image: &image, ImageSubPath: sub}, nil
+		return Mount{Destination: vm.MountPath, ReadOnly: true, Propagation: propagation, RecursiveReadOnly: rro, Image: &image, ImageSubPath: sub}, nil
 	}
 	base, ok := paths[vm.Name]
 	if !ok {
@@ -97,10 +104,11 @@ func containerMount(volumes map[string]*corev1.Volume, paths, env map[string]str
 	}
 	_, content := contentPlugin(&vol.VolumeSource)
 	return Mount{
-		Source:      src,
-		Destination: vm.MountPath,
-		Propagation: propagation,
-		ReadOnly:    vm.ReadOnly || content,
+		Source:            src,
+		Destination:       vm.MountPath,
+		Propagation:       propagation,
+		ReadOnly:          vm.ReadOnly || content,
+		RecursiveReadOnly: rro,
 	}, nil
 }
 

@@ -70,6 +70,12 @@ func TestContainerMounts(t *testing.T) {
 			want: Mount{Source: host, Destination: "/host", ReadOnly: true},
 		},
 		{
+			name: "recursiveReadOnly carried for the runtime to resolve",
+			vm: corev1.VolumeMount{Name: "host", MountPath: "/host", ReadOnly: true,
+				RecursiveReadOnly: ptr(corev1.RecursiveReadOnlyIfPossible)},
+			want: Mount{Source: host, Destination: "/host", ReadOnly: true, RecursiveReadOnly: corev1.RecursiveReadOnlyIfPossible},
+		},
+		{
 			name: "configMap always read-only",
 			vm:   corev1.VolumeMount{Name: "config", MountPath: "/etc/app"},
 			want: Mount{Source: paths["config"], Destination: "/etc/app", ReadOnly: true},

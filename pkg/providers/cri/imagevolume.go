@@ -58,9 +58,10 @@ func (m *imageManager) ensureVolumes(ctx context.Context, pod *corev1.Pod, mount
 
 // criMount is one of a container's mounts for its configuration: a host
 // path as it is, or an image volume's image by the ID refs resolved it to
-// (ensureVolumes), read-only whatever the volumeMount says.
-func criMount(m lifecycle.Mount, refs map[volumeImage]string) containerMount {
-	cm := containerMount{HostPath: m.Source, ContainerPath: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation}
+// (ensureVolumes), read-only whatever the volumeMount says; rro is whether
+// it is read-only recursively (recursiveReadOnly).
+func criMount(m lifecycle.Mount, refs map[volumeImage]string, rro bool) containerMount {
+	cm := containerMount{HostPath: m.Source, ContainerPath: m.Destination, ReadOnly: m.ReadOnly, Propagation: m.Propagation, RecursiveReadOnly: rro}
 	if m.Image != nil {
 		cm.HostPath, cm.ReadOnly = "", true
 		cm.Image = &runtimeapi.ImageSpec{Image: refs[volumeImageOf(m.Image)], UserSpecifiedImage: m.Image.Reference}

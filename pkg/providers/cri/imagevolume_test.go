@@ -162,7 +162,7 @@ func TestImageVolumeMounts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := containerParams{UserNamespace: tt.userns}
 			for _, m := range tt.mounts {
-				p.Mounts = append(p.Mounts, criMount(m, refs))
+				p.Mounts = append(p.Mounts, criMount(m, refs, false))
 			}
 			c := &corev1.Container{Name: "app"}
 			got, err := runtimeMounts(&corev1.Pod{}, c, p)

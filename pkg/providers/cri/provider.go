@@ -240,21 +240,12 @@ func (p *Provider) Run(ctx context.Context) error {
 }
 
 // leaveRootDir undoes the root directory's binding onto itself
-// (unshareRootDir) when the runtime holds no sandbox of the node's: the
-// agent leaves no pod behind.
+// (unshareRootDir) when nothing is mounted below it: no pod's volume is
+// left. A pod whose volumes are all plain directories may still run; its
+// containers keep their mounts, and only a Bidirectional mount a container
+// makes after this goes unseen on the host until the next agent binds the
+// directory again.
 func (p *Provider) leaveRootDir(logger klog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := p.runtime.relist(ctx); err != nil {
-		logger.V(2).Info("Leaving the root directory shared: the runtime's sandboxes are unknown", "err", err)
-		return
-	}
-	p.runtime.mu.Lock()
-	left := len(p.runtime.sandboxes)
-	p.runtime.mu.Unlock()
-	if left > 0 {
-		return
-	}
 	if err := unshareRootDir(p.opts.RootDir); err != nil {
 		logger.Error(err, "Unable to undo the root directory's shared mount")
 	}
@@ -321,6 +312,7 @@ func (p *Provider) Ping(ctx context.Context) error {
 // setHandlers keeps the runtime's handlers for the node's status, which is
 // reported at once when they change.
 func (p *Provider) setHandlers(handlers []corev1.NodeRuntimeHandler) {
+	p.runtime.setHandlers(handlers)
 	p.mu.Lock()
 	changed := !equality.Semantic.DeepEqual(p.handlers, handlers)
 	p.handlers = handlers

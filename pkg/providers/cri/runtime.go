@@ -58,6 +58,9 @@ type criRuntime struct {
 	// runtimeName is the runtime's name from Version, the scheme of
 	// container IDs.
 	runtimeName string
+	// handlers are the runtime's handlers with their features, from its
+	// status (setHandlers).
+	handlers []corev1.NodeRuntimeHandler
 
 	relistNow chan struct{}
 	// devices gives containers the devices they request; nil for none.

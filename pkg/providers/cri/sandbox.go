@@ -350,7 +350,11 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		}
 	}
 	for _, m := range spec.Mounts {
-		params.Mounts = append(params.Mounts, criMount(m, volumeRefs))
+		rro, err := recursiveReadOnly(m, s.rt.handlerOf(pod))
+		if err != nil {
+			return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
+		}
+		params.Mounts = append(params.Mounts, criMount(m, volumeRefs, rro))
 	}
 	if needsHostsFile(pod, s.IPs()) {
 		if _, err := os.Stat(s.hostsFile()); err == nil {

@@ -46,11 +46,11 @@ func shareRootDir(dir string) error {
 
 // unshareRootDir undoes shareRootDir's binding of the root directory onto
 // itself, by whichever agent made it (one killed before it could undo it
-// too), so that an agent that stops and leaves no pod behind leaves the
-// directory as it found it. It unmounts nothing else: a mount at the
-// directory that is not a binding of it onto itself (a disk of its own)
-// stays, and so does the binding while anything is mounted below it, which
-// pods may still use.
+// too), so that an agent that stops and leaves no pod's volume behind
+// leaves the directory as it found it. It unmounts nothing else: a mount
+// at the directory that is not a binding of it onto itself (a disk of its
+// own) stays, and so does the binding while anything is mounted below it,
+// which pods still use.
 func unshareRootDir(dir string) error {
 	dir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
