@@ -240,8 +240,9 @@ node-conformance: build bin/e2e_node.test bin/ginkgo bin/kube-proxy bin/coredns 
 	bin/conformance --suite node --out $(LOCAL)/node-conformance --images $(IMAGES_DIR) $(CONFORMANCE_FLAGS)
 
 # The smoke set of the conformance tests runs in make test (test/e2e), and
-# a cluster with CoreDNS and kube-proxy, as make run's.
-test e2e: bin/e2e.test bin/coredns bin/kube-proxy
+# a cluster with CoreDNS and kube-proxy, as make run's; so does the node
+# conformance test's, through the runner (bin/conformance --suite node).
+test e2e: bin/e2e.test bin/coredns bin/kube-proxy bin/e2e_node.test bin/ginkgo bin/conformance
 
 # Always handed to go build, which knows when nothing changed.
 .PHONY: bin/nodelet

@@ -142,15 +142,29 @@ func run() error {
 	}
 	for _, r := range reports {
 		fmt.Println(r.line())
+	}
+	failed = append(failed, verdicts(reports)...)
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// verdicts says what makes each provider's run fail: a spec that failed,
+// none that ran (a focus that selects nothing is a mistake, not a pass),
+// something left behind.
+func verdicts(reports []report) []string {
+	var failed []string
+	for _, r := range reports {
 		if r.Summary.Failed > 0 {
 			failed = append(failed, fmt.Sprintf("%s: %d specs failed", r.Provider, r.Summary.Failed))
+		}
+		if r.Summary.Passed+r.Summary.Failed == 0 {
+			failed = append(failed, fmt.Sprintf("%s: no spec ran", r.Provider))
 		}
 		if len(r.Leaks) > 0 {
 			failed = append(failed, fmt.Sprintf("%s: %d things left behind", r.Provider, len(r.Leaks)))
 		}
 	}
-	if len(failed) > 0 {
-		return errors.New(strings.Join(failed, "; "))
-	}
-	return nil
+	return failed
 }

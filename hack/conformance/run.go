@@ -90,10 +90,7 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 		if o.skip != "" {
 			skip += "|" + o.skip
 		}
-		focus := s.focus
-		if o.focus != "" {
-			focus = "(?:" + focus + ").*(?:" + o.focus + ")|(?:" + o.focus + ").*(?:" + focus + ")"
-		}
+		focus := andFocus(s.focus, o.focus)
 		procs := o.procs
 		if provider == "process" {
 			procs = o.procsProc
@@ -269,4 +266,15 @@ func percentiles(all []time.Duration) latency {
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	at := func(q float64) time.Duration { return all[int(q*float64(len(all)-1)+0.5)] }
 	return latency{N: len(all), P50: at(0.5), P99: at(0.99)}
+}
+
+// andFocus is the ginkgo --focus of the specs that both selection and
+// extra ("": none) match, in either order within a spec's name. The two
+// may not overlap: an extra focus that names a spec with the selection's
+// own marker ([NodeConformance]) selects nothing.
+func andFocus(selection, extra string) string {
+	if extra == "" {
+		return selection
+	}
+	return "(?:" + selection + ").*(?:" + extra + ")|(?:" + extra + ").*(?:" + selection + ")"
 }

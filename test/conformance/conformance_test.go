@@ -108,6 +108,7 @@ func TestNodeSelection(t *testing.T) {
 	// each of its specs and no other.
 	smoke := regexp.MustCompile(NodeSmokeFocus())
 	for _, name := range NodeSmoke {
+		name += " [NodeConformance]"
 		if !focus.MatchString(name) || skip.MatchString(name) || !smoke.MatchString(name) {
 			t.Errorf("node smoke spec %q: not run by the selection or not matched by its focus", name)
 		}

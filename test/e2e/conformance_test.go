@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,15 +73,17 @@ func TestConformanceSmoke(t *testing.T) {
 	if f := summary.Failures(); len(f) > 0 {
 		t.Errorf("failed:\n  %s\n%s", strings.Join(f, "\n  "), lastLines(string(out), 150))
 	}
-	// Every name of the smoke set matches a spec that ran and passed.
-	for _, name := range conformance.Smoke {
-		found := false
-		for _, r := range summary.Results {
-			if strings.Contains(r.Name, name) && r.Status == "passed" {
-				found = true
-			}
-		}
-		if !found {
+	checkPassed(t, summary, conformance.Smoke)
+}
+
+// checkPassed fails the test unless every one of names matches a spec of
+// summary that ran and passed.
+func checkPassed(t *testing.T, summary conformance.Summary, names []string) {
+	t.Helper()
+	for _, name := range names {
+		if !slices.ContainsFunc(summary.Results, func(r conformance.Result) bool {
+			return strings.Contains(r.Name, name) && r.Status == "passed"
+		}) {
 			t.Errorf("no passed spec matches %q", name)
 		}
 	}
@@ -115,15 +118,5 @@ func TestNodeConformanceSmoke(t *testing.T) {
 	if err != nil {
 		t.Errorf("the runner failed (%v): a spec failed or the suite left something behind:\n%s", err, lastLines(string(output), 150))
 	}
-	for _, name := range conformance.NodeSmoke {
-		found := false
-		for _, r := range summary.Results {
-			if strings.Contains(r.Name, name) && r.Status == "passed" {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("the node smoke spec %q did not run and pass", name)
-		}
-	}
+	checkPassed(t, summary, conformance.NodeSmoke)
 }
