@@ -16,9 +16,11 @@ import (
 // The worker's executor (step, in containers.go) carries them out against
 // the runtime and decides nothing but how. The pod's policies live here
 // and nowhere else: the restart policy, init containers in order, sidecars
-// (started before the app containers, stopped after them), the crash-loop
-// back-off, in-place resize, the order containers stop in, a sandbox that
-// died, and when to come back.
+// (started before the app containers, stopped after them, left alone once
+// the app containers are ending), the crash-loop back-off, in-place
+// resize, the order containers stop in, a sandbox that died, a pod that
+// ended (its volumes torn down, nothing of it run again), and when to
+// come back.
 
 // podActions is one step of a pod worker: what to do, in order.
 type podActions struct {
