@@ -23,6 +23,12 @@ func (w *podWorker) step(ctx context.Context, plan podActions) time.Duration {
 	case plan.evict != nil:
 		w.evict(ctx, plan.evict, plan.stop)
 		return 0
+	case plan.ended:
+		w.stopProbes()
+		if plan.tearDownVolumes {
+			return w.tearDownEndedVolumes(ctx, plan.pod)
+		}
+		return 0
 	case plan.failed:
 		w.stopProbes()
 		return 0

@@ -268,6 +268,7 @@ func (m *Manager) doLoad() error {
 		w := newPodWorker(m.deps, m, s.Pod, s.StartTime)
 		w.failReason, w.failMessage = s.FailReason, s.FailMessage
 		w.deleting, w.grace, w.final = s.Deleting, s.Grace, s.Final
+		w.volumesTornDown = s.VolumesTornDown
 		w.sandbox = byUID[s.Pod.UID]
 		delete(byUID, s.Pod.UID)
 		w.seedStatus()

@@ -16,9 +16,11 @@ import (
 // The worker's executor (step, in containers.go) carries them out against
 // the runtime and decides nothing but how. The pod's policies live here
 // and nowhere else: the restart policy, init containers in order, sidecars
-// (started before the app containers, stopped after them), the crash-loop
-// back-off, in-place resize, the order containers stop in, a sandbox that
-// died, and when to come back.
+// (started before the app containers, stopped after them, left alone once
+// the app containers are ending), the crash-loop back-off, in-place
+// resize, the order containers stop in, a sandbox that died, a pod that
+// ended (its volumes torn down, nothing of it run again), and when to
+// come back.
 
 // podActions is one step of a pod worker: what to do, in order.
 type podActions struct {
@@ -34,6 +36,13 @@ type podActions struct {
 	// failed: the pod has failed for good: nothing starts; only its probes
 	// stop.
 	failed bool
+	// ended: the pod ended (its phase is final and nothing of it runs, or
+	// its volumes were torn down for that already): nothing of it starts
+	// or is set up again, as the kubelet runs a terminal pod no more;
+	// only its probes stop. tearDownVolumes: its volumes are still there
+	// and are torn down, as the kubelet's volume manager drops a
+	// terminated pod's volumes before the pod is deleted.
+	ended, tearDownVolumes bool
 	// deadlineExceeded: the pod was active longer than its
 	// activeDeadlineSeconds: its containers stop as stop says and it fails.
 	deadlineExceeded bool
@@ -142,6 +151,9 @@ func computePodActions(v *podView, now time.Time) podActions {
 		return a
 	case v.evict != nil && v.failReason == "":
 		a.evict, a.stop = v.evict, stopEverything(v.pod, v.evict.Grace, true)
+		return a
+	case v.volumesTornDown || ended(v):
+		a.ended, a.tearDownVolumes = true, !v.volumesTornDown
 		return a
 	case v.failReason != "":
 		a.failed = true
@@ -265,7 +277,10 @@ func (a *podActions) sidecar(v *podView, i int, now time.Time) bool {
 		return false
 	}
 	a.add(actSyncProbes, cv)
-	if !v.appsDone {
+	if !v.appsEnding {
+		// Once the app containers are ending, a sidecar that exits is not
+		// restarted, as the kubelet does not while it stops the pod's
+		// last app container.
 		a.restart(cv, now)
 	}
 	// Exited before the pod got further: what follows waits for it to run
@@ -439,6 +454,41 @@ func appsDone(pod *corev1.Pod, regular []containerView) bool {
 		}
 	}
 	return true
+}
+
+// appsEnding tells whether every app container has exited or is being
+// killed, and will not run again: a container killed for a failed probe
+// in a pod whose policy is Never ends with the kill. The pod is ending from
+// then on: its sidecars are not restarted, nor killed for failed probes.
+func appsEnding(pod *corev1.Pod, regular []containerView) bool {
+	for i := range regular {
+		cv := &regular[i]
+		st := cv.latest
+		switch {
+		case st == nil || cv.lost:
+			return false
+		case st.State == StateRunning:
+			if !cv.killing || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				return false
+			}
+		case cv.restarts(pod, false):
+			return false
+		}
+	}
+	return true
+}
+
+// ended tells whether the pod ended: its phase, as its status reports it,
+// is final (Succeeded or Failed), and none of its containers runs.
+func ended(v *podView) bool {
+	for _, list := range [][]containerView{v.init, v.regular, v.ephemeral} {
+		for i := range list {
+			if st := list[i].latest; st != nil && st.State == StateRunning {
+				return false
+			}
+		}
+	}
+	return podrules.IsFinal(podStatus(v).Phase)
 }
 
 // replaceSandbox decides whether the pod's sandbox is replaced before any

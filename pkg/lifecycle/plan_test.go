@@ -51,8 +51,30 @@ func planView(pod *corev1.Pod, latest ...ContainerStatus) *podView {
 	for _, c := range ephemeralContainers(pod) {
 		v.ephemeral = append(v.ephemeral, view(&c, false))
 	}
-	v.appsDone = appsDone(pod, v.regular)
+	derive(v)
 	return v
+}
+
+// derive computes what the worker derives from a view's containers: whether
+// the app containers are done or ending, and which exited containers are
+// so for good.
+func derive(v *podView) {
+	v.appsDone = appsDone(v.pod, v.regular)
+	v.appsEnding = appsEnding(v.pod, v.regular)
+	over := v.failReason != "" || v.terminated
+	for _, list := range []struct {
+		views []containerView
+		init  bool
+	}{{v.init, true}, {v.regular, false}} {
+		for i := range list.views {
+			cv := &list.views[i]
+			cv.final = cv.latest != nil && cv.latest.State == StateExited && cv.exitedForGood(v.pod, list.init, over, v.appsEnding)
+		}
+	}
+	for i := range v.ephemeral {
+		cv := &v.ephemeral[i]
+		cv.final = cv.latest != nil && cv.latest.State == StateExited
+	}
 }
 
 func running(name string, attempt int) ContainerStatus {
@@ -91,6 +113,10 @@ func describe(a podActions) []string {
 		add("evict: %s", a.evict.Reason)
 	case a.failed:
 		add("failed")
+	case a.ended && a.tearDownVolumes:
+		add("ended: tear down volumes")
+	case a.ended:
+		add("ended")
 	case a.deadlineExceeded:
 		add("deadline exceeded")
 	}
@@ -198,20 +224,20 @@ func TestComputePodActions(t *testing.T) {
 		{name: "OnFailure: a failure restarts", pod: planPod(onFailure, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 1, time.Second)},
 			want:   []string{"probe app", "start app#1"}},
-		{name: "OnFailure: a success is final", pod: planPod(onFailure, nil, "app"),
+		{name: "OnFailure: a success is final: the pod ended", pod: planPod(onFailure, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 0, time.Second)},
-			want:   []string{"probe app", sidecarsNone}},
+			want:   []string{"ended: tear down volumes"}},
 		{name: "OnFailure: killed for a failed probe, it restarts whatever its exit code", pod: planPod(onFailure, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 0, time.Second)},
-			edit:   func(v *podView) { v.regular[0].probeKilled = true; v.appsDone = appsDone(v.pod, v.regular) },
+			edit:   func(v *podView) { v.regular[0].probeKilled = true },
 			want:   []string{"probe app", "start app#1"}},
 		{name: "Never: killed for a failed probe, it is final", pod: planPod(never, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 0, time.Second)},
-			edit:   func(v *podView) { v.regular[0].probeKilled = true; v.appsDone = appsDone(v.pod, v.regular) },
-			want:   []string{"probe app", sidecarsNone}},
+			edit:   func(v *podView) { v.regular[0].probeKilled = true },
+			want:   []string{"ended: tear down volumes"}},
 		{name: "Never: a failure is final", pod: planPod(never, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 1, time.Second)},
-			want:   []string{"probe app", sidecarsNone}},
+			want:   []string{"ended: tear down volumes"}},
 		{name: "one app container done, the other runs on", pod: planPod(never, nil, "app", "web"),
 			latest: []ContainerStatus{exited("app", 0, 0, time.Second), running("web", 0)},
 			want:   []string{"probe app", "probe web"}},
@@ -254,9 +280,9 @@ func TestComputePodActions(t *testing.T) {
 		{name: "all completed: the app starts", pod: planPod(always, inits("init1", "init2"), "app"),
 			latest: []ContainerStatus{exited("init1", 0, 0, time.Second), exited("init2", 0, 0, time.Second)},
 			want:   []string{"probe init1", "probe init2", "start app#0"}},
-		{name: "Never: a failed init container fails the pod, what still runs stopping", pod: planPod(never, inits("init1", "init2"), "app"),
+		{name: "Never: a failed init container fails the pod, which ended", pod: planPod(never, inits("init1", "init2"), "app"),
 			latest: []ContainerStatus{exited("init1", 0, 1, time.Second)},
-			want:   []string{"stop [init1 init2 app] within 30s with hooks"}},
+			want:   []string{"ended: tear down volumes"}},
 		{name: "Never: a failed init container stops the sidecar before it (the node e2e suite's \"should be running restartable init container and a failed Init container in parallel\")",
 			pod:    planPod(never, inits("side", "init"), "app"),
 			latest: []ContainerStatus{running("side", 0), exited("init", 0, 1, time.Second)},
@@ -292,9 +318,25 @@ func TestComputePodActions(t *testing.T) {
 		{name: "app done: the sidecars stop, the last started first", pod: planPod(never, inits("side1", "side2"), "app"),
 			latest: []ContainerStatus{running("side1", 0), running("side2", 0), exited("app", 0, 0, time.Second)},
 			want:   []string{"probe side1", "probe side2", "probe app", "stop sidecars [side2] [side1] within 30s with hooks"}},
-		{name: "app done: a sidecar that exited is not restarted", pod: planPod(never, inits("side"), "app"),
+		{name: "app done: a sidecar that exited is not restarted, the pod ended", pod: planPod(never, inits("side"), "app"),
 			latest: []ContainerStatus{exited("side", 0, 143, time.Second), exited("app", 0, 0, time.Second)},
+			want:   []string{"ended: tear down volumes"}},
+		{name: "app done: a sidecar still running is stopped, not yet ended", pod: planPod(never, inits("side"), "app"),
+			latest: []ContainerStatus{running("side", 0), exited("app", 0, 0, time.Second)},
 			want:   []string{"probe side", "probe app", "stop sidecars [side] within 30s with hooks"}},
+		{name: "Never: the app being killed for a failed probe, a sidecar that exited is not restarted (the node e2e suite's \"should not continue running liveness probes for restartable init containers and restart them while in preStop\")",
+			pod:    planPod(never, inits("side"), "app"),
+			latest: []ContainerStatus{exited("side", 2, 137, time.Minute), running("app", 0)},
+			edit:   func(v *podView) { v.regular[0].killing = true },
+			want:   []string{"probe side", "probe app"}},
+		{name: "OnFailure: the app being killed for a failed probe restarts, so does a sidecar", pod: planPod(onFailure, inits("side"), "app"),
+			latest: []ContainerStatus{exited("side", 2, 137, time.Minute), running("app", 0)},
+			edit:   func(v *podView) { v.regular[0].killing = true },
+			want:   []string{"probe side", "start side#3", "probe app"}},
+		{name: "Never: one app container killed, another running on: a sidecar restarts", pod: planPod(never, inits("side"), "app", "web"),
+			latest: []ContainerStatus{exited("side", 2, 137, time.Minute), running("app", 0), running("web", 0)},
+			edit:   func(v *podView) { v.regular[0].killing = true },
+			want:   []string{"probe side", "start side#3", "probe app", "probe web"}},
 		{name: "a sidecar's new image restarts it at once, what followed it going on", pod: planPod(never, inits("side", "init"), "app"),
 			latest: []ContainerStatus{running("side", 0), running("init", 0)},
 			edit:   func(v *podView) { v.init[0].image = "old" },
@@ -363,7 +405,7 @@ func TestComputePodActions(t *testing.T) {
 		{name: "a finished pod's dead sandbox is kept", pod: planPod(never, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 0, time.Second)},
 			edit:   func(v *podView) { v.sandbox = false },
-			want:   []string{"probe app", sidecarsNone}},
+			want:   []string{"ended: tear down volumes"}},
 		{name: "a set-up that failed is tried again when due", pod: planPod(always, nil, "app"),
 			edit: func(v *podView) { v.sandboxSetUp, v.sandbox, v.setUpRetryAt = false, false, planNow.Add(7*time.Second) },
 			want: []string{"set up later", "next 7s"}},
@@ -385,13 +427,34 @@ func TestComputePodActions(t *testing.T) {
 			latest: []ContainerStatus{running("side", 0), running("app", 0)},
 			edit:   func(v *podView) { v.evict = &Eviction{Reason: "Evicted", Grace: 2 * time.Second} },
 			want:   []string{"evict: Evicted", "stop [app] [side] within 2s with hooks"}},
-		{name: "failed: nothing more", pod: planPod(always, nil, "app"),
+		{name: "failed: nothing more, once stopped its volumes torn down", pod: planPod(always, nil, "app"),
 			latest: []ContainerStatus{exited("app", 0, 1, time.Second)},
+			edit:   func(v *podView) { v.failReason = "DeadlineExceeded" },
+			want:   []string{"ended: tear down volumes"}},
+		{name: "failed with a container that would not stop: nothing more", pod: planPod(always, nil, "app"),
+			latest: []ContainerStatus{running("app", 0)},
 			edit:   func(v *podView) { v.failReason = "DeadlineExceeded" },
 			want:   []string{"failed"}},
 		{name: "an eviction of a failed pod is none", pod: planPod(always, nil, "app"),
 			edit: func(v *podView) { v.failReason, v.evict = "Evicted", &Eviction{Reason: "Evicted"} },
-			want: []string{"failed"}},
+			want: []string{"ended: tear down volumes"}},
+
+		// A pod that ended: its volumes go, and nothing of it comes back.
+		{name: "ended, its volumes torn down: nothing more", pod: planPod(never, nil, "app"),
+			latest: []ContainerStatus{exited("app", 0, 0, time.Second)},
+			edit:   func(v *podView) { v.volumesTornDown, v.volumesReady = true, false },
+			want:   []string{"ended"}},
+		{name: "ended: an ephemeral container added is not started", pod: withEphemeral(planPod(never, nil, "app")),
+			latest: []ContainerStatus{exited("app", 0, 0, time.Second)},
+			want:   []string{"ended: tear down volumes"}},
+		{name: "volumes torn down, the sandbox's records lost (an agent restarted): nothing is set up again", pod: planPod(never, nil, "app"),
+			edit: func(v *podView) {
+				v.regular[0].latest, v.sandboxSetUp, v.sandbox, v.volumesReady, v.volumesTornDown = nil, false, false, false, true
+			},
+			want: []string{"ended"}},
+		{name: "an ephemeral container that runs holds the end back", pod: withEphemeral(planPod(never, nil, "app")),
+			latest: []ContainerStatus{exited("app", 0, 0, time.Second), running("debug", 0)},
+			want:   []string{"probe app", sidecarsNone}},
 		{name: "past its deadline: stops without hooks and fails", pod: withDeadline(planPod(always, nil, "app"), 3600),
 			latest: []ContainerStatus{running("app", 0)},
 			want:   []string{"deadline exceeded", "stop [app] within 30s"}},
@@ -401,6 +464,7 @@ func TestComputePodActions(t *testing.T) {
 			v := planView(tt.pod, tt.latest...)
 			if tt.edit != nil {
 				tt.edit(v)
+				derive(v)
 			}
 			if got := describe(computePodActions(v, planNow)); !slices.Equal(got, tt.want) {
 				t.Errorf("plan:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))

@@ -94,6 +94,13 @@ func (w *podWorker) probeChanged(ctx context.Context, kind probe.Kind, c *corev1
 	case "readiness":
 		cs.ready = r == probe.Success && cs.started
 	}
+	if kill && podrules.IsPodSidecar(w.pod, c) && w.viewOfLocked(w.pod, false).appsEnding {
+		// The pod is ending: a sidecar is no longer restarted, so it is
+		// not killed either; it stops with the pod, as the kubelet's stop
+		// the sidecars only once the app containers have exited. Its
+		// probe, having failed, probes no more.
+		kill = false
+	}
 	if kill {
 		cs.killedAttempt = attempt + 1
 	}

@@ -30,7 +30,12 @@ type podState struct {
 	// Final is the status the terminated pod reports, saved before its
 	// sandbox (with the records it was computed from) is removed: an agent
 	// restarted after that reports it, not a pod with no containers yet.
+	// A pod that ended saves it too when its volumes are torn down, in
+	// case its sandbox goes before the pod is deleted.
 	Final *corev1.PodStatus `json:"final,omitempty"`
+	// VolumesTornDown: the pod ended and its volumes were torn down. A
+	// restarted agent never sets them up again, nor starts its containers.
+	VolumesTornDown bool `json:"volumesTornDown,omitempty"`
 }
 
 // stateStore keeps one file per pod, <dir>/<uid>.json.

@@ -41,8 +41,9 @@ type containerView struct {
 	// lost: the latest attempt exited as one the runtime lost track of.
 	lost bool
 	// probeKilled: the latest attempt exited killed for a failed liveness
-	// or startup probe.
-	probeKilled bool
+	// or startup probe; killing: the latest attempt runs, and its kill for
+	// a failed probe has begun.
+	probeKilled, killing bool
 	// image is the image the agent last started the container with (""
 	// for an attempt it did not start); backOffFrom is the first attempt
 	// of that image, from which its back-off counts.
@@ -79,6 +80,10 @@ type podView struct {
 	terminated bool
 	// appsDone: every app container exited and will not run again.
 	appsDone bool
+	// appsEnding: every app container exited or is being killed, and will
+	// not run again (appsDone, or a kill for a failed probe in a pod whose
+	// policy is Never under way).
+	appsEnding bool
 
 	// For the decision only:
 	// deleting: the pod is deleted; its containers stop within grace.
@@ -92,6 +97,17 @@ type podView struct {
 	// again.
 	sandboxSetUp, sandboxRefused, volumesReady bool
 	setUpRetryAt                               time.Time
+	// volumesTornDown: the pod ended and its volumes were torn down; they
+	// are never set up again.
+	volumesTornDown bool
+}
+
+// exitedForGood tells whether the container's latest attempt, exited, is
+// its last: the pod is over (failed, or deleted and stopped), its restart
+// policy does not run it again (and the runtime did not lose track of
+// it), or it is a sidecar of a pod whose app containers are ending.
+func (cv *containerView) exitedForGood(pod *corev1.Pod, init, over, appsEnding bool) bool {
+	return over || !(cv.lost || cv.restarts(pod, init)) || cv.sidecar && appsEnding
 }
 
 func terminatedState(uid types.UID, st *ContainerStatus) *corev1.ContainerStateTerminated {

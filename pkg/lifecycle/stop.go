@@ -203,8 +203,30 @@ func (w *podWorker) keepFinalStatus(ctx context.Context) corev1.PodStatus {
 // the volume directories, and unstaged only once the sandbox, whose mount
 // namespace holds them too, is gone.
 func (w *podWorker) tearDown(ctx context.Context, pod *corev1.Pod) error {
-	mounter := w.deps.csi
-	if mounter != nil {
+	if err := w.unmountVolumes(ctx, pod); err != nil {
+		return err
+	}
+	if err := w.deps.runtime.RemoveSandbox(ctx, pod.UID); err != nil {
+		return fmt.Errorf("remove sandbox: %w", err)
+	}
+	w.mu.Lock()
+	w.sandbox = nil // its records are gone: final is the status from now on
+	w.mu.Unlock()
+	if mounter := w.deps.csi; mounter != nil {
+		if err := mounter.Release(ctx, pod.UID); err != nil {
+			w.unmountFailed(err)
+			return fmt.Errorf("unstage CSI volumes: %w", err)
+		}
+	}
+	return nil
+}
+
+// unmountVolumes unpublishes the pod's CSI volumes, then unmounts and
+// removes the rest of its volumes with the volume directories. Both are
+// idempotent: a pod whose volumes went when it ended goes through it again
+// when it is deleted.
+func (w *podWorker) unmountVolumes(ctx context.Context, pod *corev1.Pod) error {
+	if mounter := w.deps.csi; mounter != nil {
 		if err := mounter.TearDown(ctx, pod.UID); err != nil {
 			w.unmountFailed(err)
 			return fmt.Errorf("unpublish CSI volumes: %w", err)
@@ -213,19 +235,35 @@ func (w *podWorker) tearDown(ctx context.Context, pod *corev1.Pod) error {
 	if err := w.deps.volumes.TearDown(ctx, pod); err != nil {
 		return fmt.Errorf("tear down volumes: %w", err)
 	}
-	if err := w.deps.runtime.RemoveSandbox(ctx, pod.UID); err != nil {
-		return fmt.Errorf("remove sandbox: %w", err)
+	return nil
+}
+
+// tearDownEndedVolumes tears down the volumes of a pod that ended, as the
+// kubelet's volume manager unmounts a terminated pod's volumes without
+// waiting for its deletion: a memory-backed emptyDir gives its memory
+// back, a CSI volume is unpublished. It says when to try again (0: done).
+// CSI volumes stay staged, and so in use, until the pod's sandbox goes
+// with its deletion: the sandbox's mount namespace may still hold them.
+// Done, it is saved, with the pod's status, so that a restarted agent
+// neither sets them up again nor runs the pod again.
+func (w *podWorker) tearDownEndedVolumes(ctx context.Context, pod *corev1.Pod) time.Duration {
+	if err := w.unmountVolumes(ctx, pod); err != nil {
+		w.logger(ctx).Error(err, "Tearing down the volumes of the pod that ended failed; retrying")
+		return retryAfter
 	}
 	w.mu.Lock()
-	w.sandbox = nil // its records are gone: final is the status from now on
+	w.volumePaths, w.volumesTornDown = nil, true
+	v := w.viewLocked()
 	w.mu.Unlock()
-	if mounter != nil {
-		if err := mounter.Release(ctx, pod.UID); err != nil {
-			w.unmountFailed(err)
-			return fmt.Errorf("unstage CSI volumes: %w", err)
-		}
+	s := podStatus(v)
+	w.mu.Lock()
+	w.final = &s
+	w.mu.Unlock()
+	if err := w.deps.states.save(w.state()); err != nil {
+		w.logger(ctx).Error(err, "Saving pod state failed")
 	}
-	return nil
+	w.logger(ctx).V(2).Info("Tore down the volumes of the pod that ended")
+	return 0
 }
 
 // unmountFailed records, once, a Warning Event saying why the pod's CSI

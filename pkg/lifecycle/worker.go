@@ -94,6 +94,9 @@ type podWorker struct {
 	// final is the terminated pod's status, computed last before its
 	// sandbox was removed: reported as it is once the sandbox is gone.
 	final *corev1.PodStatus
+	// volumesTornDown: the pod ended and its volumes were torn down; they
+	// are never set up again, also by a restarted agent.
+	volumesTornDown bool
 
 	// setUpFailures counts the set-ups of CSI volumes that failed in a
 	// row; setUpRetryAt is when the next is due.
@@ -198,7 +201,7 @@ func (w *podWorker) state() *podState {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return &podState{Pod: w.pod, StartTime: w.startTime, FailReason: w.failReason, FailMessage: w.failMessage,
-		Deleting: w.deleting, Grace: w.grace, Final: w.final}
+		Deleting: w.deleting, Grace: w.grace, Final: w.final, VolumesTornDown: w.volumesTornDown}
 }
 
 func (w *podWorker) spec() *corev1.Pod {
@@ -224,7 +227,9 @@ func (w *podWorker) snapshot() *corev1.Pod {
 func (w *podWorker) update(pod *corev1.Pod) {
 	w.mu.Lock()
 	w.pod = pod.DeepCopy()
-	w.volumePaths = nil // set up again: downward API files follow labels and annotations
+	// Set up again (unless the pod ended: its volumes are gone for good):
+	// downward API files follow labels and annotations.
+	w.volumePaths = nil
 	w.mu.Unlock()
 	if err := w.deps.states.save(w.state()); err != nil {
 		klog.FromContext(w.deps.ctx).Error(err, "Saving pod state failed", "pod", klog.KObj(pod))
@@ -361,6 +366,7 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod, previous bool) *podView {
 		terminated: w.gone, deleting: w.deleting, grace: w.grace,
 		sandboxSetUp: w.sandbox != nil, sandboxRefused: w.sandbox != nil && w.sandbox == w.refused,
 		volumesReady: w.volumePaths != nil, setUpRetryAt: w.setUpRetryAt,
+		volumesTornDown: w.volumesTornDown,
 	}
 	if w.sandbox != nil {
 		v.sandbox = w.sandbox.Ready()
@@ -376,8 +382,9 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod, previous bool) *podView {
 		v.regular = append(v.regular, w.containerViewLocked(pod, &pod.Spec.Containers[i], false, records, false, previous))
 	}
 	v.appsDone = records != nil && appsDone(pod, v.regular)
+	v.appsEnding = records != nil && appsEnding(pod, v.regular)
 	for i := range pod.Spec.InitContainers {
-		v.init = append(v.init, w.containerViewLocked(pod, &pod.Spec.InitContainers[i], true, records, v.appsDone, previous))
+		v.init = append(v.init, w.containerViewLocked(pod, &pod.Spec.InitContainers[i], true, records, v.appsEnding, previous))
 	}
 	for _, c := range ephemeralContainers(pod) {
 		cv := w.containerViewLocked(pod, &c, false, records, false, previous)
@@ -389,7 +396,9 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod, previous bool) *podView {
 
 // containerViewLocked is the view of one container of pod from the
 // runtime's records (none: never started) and what the worker knows of it.
-func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, init bool, records Sandbox, appsDone, previous bool) containerView {
+// appsEnding: the pod's app containers are ending, so that its sidecars
+// that exited do so for good.
+func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, init bool, records Sandbox, appsEnding, previous bool) containerView {
 	cv := containerView{spec: c, sidecar: init && podrules.IsSidecar(c)}
 	cs := w.containerLocked(c.Name)
 	cv.waitingReason, cv.waitingMessage = cs.waitingReason, cs.waitingMessage
@@ -403,11 +412,11 @@ func (w *podWorker) containerViewLocked(pod *corev1.Pod, c *corev1.Container, in
 	if st, ok := records.Container(c.Name); ok {
 		cv.latest = &st
 		cv.probing = cs.probeCancel != nil && cs.probeAttempt == st.Attempt
+		cv.killing = st.State == StateRunning && cs.killedAttempt == st.Attempt+1
 		if st.State == StateExited {
 			cv.lost = w.lostLocked(c.Name, st)
 			cv.probeKilled = cs.killedAttempt == st.Attempt+1
-			cv.final = w.gone || w.failReason != "" || !(cv.lost || cv.restarts(pod, init)) ||
-				cv.sidecar && appsDone
+			cv.final = cv.exitedForGood(pod, init, w.gone || w.failReason != "", appsEnding)
 		}
 	}
 	if !previous {
