@@ -17,9 +17,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/mountinfo"
-	"github.com/nodelet/nodelet/test/crienv"
 	"github.com/nodelet/nodelet/test/clusteraddons"
 	"github.com/nodelet/nodelet/test/conformance"
+	"github.com/nodelet/nodelet/test/crienv"
 )
 
 // suiteRun is how the suite runs against the cluster: its test binary,

@@ -12,7 +12,7 @@ import (
 // status says (the node status's runtimeHandlers).
 type handlerFeatures struct {
 	// name is the handler's name, "" for the runtime's default.
-	name string
+	name                    string
 	recursiveReadOnlyMounts bool
 }
 
