@@ -3,6 +3,7 @@ package fault
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,7 +18,7 @@ import (
 
 // Counters are what a user would call failures, counted from the API.
 type Counters struct {
-	PodsLost            int // pods gone from the API that the test did not delete
+	PodsLost            int // pods gone from the API that neither the test nor a workload controller deleted
 	ContainersRestarted int // restartCount increases and container ID changes
 	StatusRegressions   int // pod phases going backwards (Running → Pending)
 	LeaseLapses         int // a lease not renewed within its duration
@@ -39,12 +40,19 @@ type Observer struct {
 	c        Counters
 	details  []string
 	deleting map[string]bool // namespace/name the test deletes
-	pods     map[types.UID]*corev1.Pod
-	renewed  map[string]time.Time // lease → last renewTime seen
-	lapsed   map[string]bool      // lease → counted as lapsed since its last renewal
-	duration map[string]time.Duration
-	ready    map[string]bool
-	onDelete func(*corev1.Pod)
+	// gone are the pods that left the API without the test deleting them,
+	// each with its detail line; scaledDown are those a workload
+	// controller said it deleted (a SuccessfulDelete Event), which are not
+	// lost: a ReplicaSet whose create's answer an outage cut off creates
+	// the pod again and deletes the surplus once it sees both.
+	gone       []gonePod
+	scaledDown map[string]bool
+	pods       map[types.UID]*corev1.Pod
+	renewed    map[string]time.Time // lease → last renewTime seen
+	lapsed     map[string]bool      // lease → counted as lapsed since its last renewal
+	duration   map[string]time.Duration
+	ready      map[string]bool
+	onDelete   func(*corev1.Pod)
 }
 
 // Observe starts watching. OnDelete, when set, is called for every pod as
@@ -52,7 +60,7 @@ type Observer struct {
 func Observe(client kubernetes.Interface, ns, nodePrefix string, onDelete func(*corev1.Pod)) (*Observer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &Observer{ns: ns, nodePrefix: nodePrefix, cancel: cancel, onDelete: onDelete,
-		deleting: map[string]bool{}, pods: map[types.UID]*corev1.Pod{}, renewed: map[string]time.Time{},
+		deleting: map[string]bool{}, scaledDown: map[string]bool{}, pods: map[types.UID]*corev1.Pod{}, renewed: map[string]time.Time{},
 		lapsed: map[string]bool{}, duration: map[string]time.Duration{}, ready: map[string]bool{}}
 
 	pods := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
@@ -66,6 +74,10 @@ func Observe(client kubernetes.Interface, ns, nodePrefix string, onDelete func(*
 			AddFunc:    func(obj any) { o.pod(obj.(*corev1.Pod)) },
 			UpdateFunc: func(_, obj any) { o.pod(obj.(*corev1.Pod)) },
 			DeleteFunc: o.podGone,
+		}},
+		{pods.Core().V1().Events().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.event(obj.(*corev1.Event)) },
+			UpdateFunc: func(_, obj any) { o.event(obj.(*corev1.Event)) },
 		}},
 		{nodes.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { o.node(obj.(*corev1.Node)) },
@@ -112,14 +124,50 @@ func (o *Observer) Deleting(ns, name string) {
 func (o *Observer) Counters() Counters {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.c
+	c := o.c
+	c.PodsLost = len(o.lostLocked())
+	return c
 }
 
 // Details are one line per counted failure, oldest first.
 func (o *Observer) Details() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]string(nil), o.details...)
+	out := append([]string(nil), o.details...)
+	for _, g := range o.lostLocked() {
+		out = append(out, g.detail)
+	}
+	slices.Sort(out) // each begins with its time of day
+	return out
+}
+
+// gonePod is a pod that left the API without the test deleting it.
+type gonePod struct {
+	name, detail string
+}
+
+// lostLocked are the pods gone that no workload controller said it
+// deleted.
+func (o *Observer) lostLocked() []gonePod {
+	var lost []gonePod
+	for _, g := range o.gone {
+		if !o.scaledDown[g.name] {
+			lost = append(lost, g)
+		}
+	}
+	return lost
+}
+
+// event notes the pods a workload controller deleted: a ReplicaSet's
+// SuccessfulDelete Event says "Deleted pod: <name>".
+func (o *Observer) event(e *corev1.Event) {
+	name, ok := strings.CutPrefix(e.Message, "Deleted pod: ")
+	if e.Reason != "SuccessfulDelete" || !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.scaledDown[name] = true
 }
 
 func (o *Observer) count(field *int, format string, args ...any) {
@@ -189,7 +237,8 @@ func (o *Observer) podGone(obj any) {
 	o.mu.Lock()
 	delete(o.pods, p.UID)
 	if !o.deleting[p.Namespace+"/"+p.Name] {
-		o.count(&o.c.PodsLost, "pod %s deleted, not by the test", p.Name)
+		o.gone = append(o.gone, gonePod{name: p.Name,
+			detail: time.Now().Format("15:04:05.000") + " pod " + p.Name + " deleted, not by the test nor by a workload controller"})
 	}
 	onDelete := o.onDelete
 	o.mu.Unlock()

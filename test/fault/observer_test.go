@@ -1,8 +1,13 @@
 package fault
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestLeaseLapseCountedOnce: a renewal held up through an outage, which
@@ -49,5 +54,34 @@ func TestLeaseLapseCountedOnce(t *testing.T) {
 				t.Errorf("lapses %d, want %d: %v", o.c.LeaseLapses, tc.want, o.details)
 			}
 		})
+	}
+}
+
+// A pod that leaves the API is lost unless the test deleted it or a
+// workload controller said it did: a ReplicaSet deletes the surplus it
+// made when an outage cut off a create's answer (TestAPIServerKilledDuringRollout
+// counted one such pod as lost). The controller's Event may come before
+// or after the pod's deletion.
+func TestPodsLostLeaveOutControllerDeletes(t *testing.T) {
+	o := &Observer{ns: "ns", deleting: map[string]bool{}, scaledDown: map[string]bool{}, pods: map[types.UID]*corev1.Pod{}}
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name)}}
+	}
+	deleted := func(name string) *corev1.Event {
+		return &corev1.Event{Reason: "SuccessfulDelete", Message: "Deleted pod: " + name}
+	}
+	o.Deleting("ns", "by-the-test")
+	o.podGone(pod("by-the-test"))
+	o.event(deleted("surplus-before"))
+	o.podGone(pod("surplus-before"))
+	o.podGone(pod("surplus-after"))
+	o.event(deleted("surplus-after"))
+	o.podGone(pod("lost"))
+	o.event(&corev1.Event{Reason: "Killing", Message: "Deleted pod: lost"})
+	if c := o.Counters(); c.PodsLost != 1 {
+		t.Errorf("pods lost %d, want 1 (pod lost): %v", c.PodsLost, o.Details())
+	}
+	if d := o.Details(); len(d) != 1 || !strings.Contains(d[0], "pod lost deleted") {
+		t.Errorf("details %q, want the lost pod's", d)
 	}
 }
