@@ -120,6 +120,11 @@ type Controller struct {
 	// to stop, by namespace/name, until they are gone: one whose manifest
 	// comes back meanwhile starts again once it has stopped.
 	stopping map[string]types.UID
+	// removed are the UIDs of the static pods whose manifest file was
+	// removed (the watch said so), by namespace/name, until they are asked
+	// to stop: the file may be back before the pod's sync, which must stop
+	// it all the same, as the kubelet acts on each removal.
+	removed map[string]types.UID
 	// warned is the last warning given about a subject (a manifest, a
 	// pod), so that a problem that lasts is reported once.
 	warned map[string]string
@@ -146,6 +151,7 @@ func New(client kubernetes.Interface, runner Runner, pods coreinformers.PodInfor
 		desired:  map[string]*corev1.Pod{},
 		seen:     map[types.UID]string{},
 		stopping: map[string]types.UID{},
+		removed:  map[string]types.UID{},
 		warned:   map[string]string{},
 	}
 	_, err := pods.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
@@ -221,7 +227,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	})
 	if c.opts.ManifestDir != "" {
 		changed := make(chan struct{}, 1)
-		w := &dirWatch{dir: c.opts.ManifestDir, changed: changed}
+		w := &dirWatch{dir: c.opts.ManifestDir, changed: changed, removed: c.manifestRemoved}
 		defer w.close()
 		wg.Go(func() {
 			c.poll(ctx, c.opts.FileCheckFrequency, changed, func(ctx context.Context) {
@@ -286,6 +292,18 @@ func (c *Controller) readURL(ctx context.Context) {
 	c.mu.Unlock()
 	c.update(ctx)
 	c.urlRead.Store(true)
+}
+
+// manifestRemoved notes that the manifest file at path was removed: the
+// pod it named stops, even if the file is back before the next read.
+func (c *Controller) manifestRemoved(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.files {
+		if m.origin == path && m.pod != nil {
+			c.removed[m.pod.Namespace+"/"+m.pod.Name] = m.pod.UID
+		}
+	}
 }
 
 // sourcesRead tells whether every configured source has been read once.

@@ -94,8 +94,9 @@ func (c *Controller) syncStatic(ctx context.Context, key, namespace, name string
 	c.mu.Lock()
 	if running == nil {
 		delete(c.stopping, key)
+		delete(c.removed, key)
 	}
-	stopping := running != nil && c.stopping[key] == running.UID
+	stopping := running != nil && (c.stopping[key] == running.UID || c.removed[key] == running.UID)
 	c.mu.Unlock()
 	switch decideStatic(want, running, stopping) {
 	case staticStop:
@@ -104,6 +105,7 @@ func (c *Controller) syncStatic(ctx context.Context, key, namespace, name string
 		}
 		c.mu.Lock()
 		c.stopping[key] = running.UID
+		delete(c.removed, key)
 		c.mu.Unlock()
 		klog.FromContext(ctx).V(2).Info("Stopping static pod", "uid", running.UID, "replaced", want != nil)
 		return fmt.Errorf("static pod %s: %w", key, errStopping)

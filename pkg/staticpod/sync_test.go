@@ -560,3 +560,26 @@ func TestManifestRemovedAndWrittenBackRestartsThePod(t *testing.T) {
 		t.Errorf("the mirror pod was replaced: %v, %v", m, err)
 	}
 }
+
+// A manifest removed and written back before the controller reads the
+// directory again still restarts its pod: the watch's removal event
+// counts, not only what a read finds (the node e2e suite writes the file
+// back at once, and under load the read came after it). The file is
+// written back at once here, and the pod must stop and start again.
+func TestManifestRemovedAndWrittenBackAtOnceRestartsThePod(t *testing.T) {
+	h := run(t, node())
+	path := filepath.Join(h.dir, "web.yaml")
+	writeAtomic(t, path, podYAML)
+	eventually(t, "running", func() (bool, string) {
+		p, _ := h.runner.get("default/web-n")
+		return p != nil, "not yet"
+	})
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	writeAtomic(t, path, podYAML)
+	eventually(t, "stopped and started again", func() (bool, string) {
+		p, created := h.runner.get("default/web-n")
+		return p != nil && created == 2, fmt.Sprintf("running %v, %d starts", p != nil, created)
+	})
+}

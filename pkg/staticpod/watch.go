@@ -17,6 +17,9 @@ import (
 type dirWatch struct {
 	dir     string
 	changed chan<- struct{}
+	// removed is told of each file of the directory removed or renamed
+	// away, before changed.
+	removed func(path string)
 
 	mu      sync.Mutex
 	watcher *fsnotify.Watcher
@@ -63,6 +66,9 @@ func (w *dirWatch) forward(ctx context.Context, watcher *fsnotify.Watcher, done 
 		case ev, ok := <-watcher.Events:
 			if !ok {
 				return
+			}
+			if ev.Name != w.dir && ev.Has(fsnotify.Remove|fsnotify.Rename) && w.removed != nil {
+				w.removed(ev.Name)
 			}
 			select {
 			case w.changed <- struct{}{}:
