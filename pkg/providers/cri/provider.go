@@ -24,6 +24,7 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/podresources"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 var (
@@ -104,6 +105,8 @@ type Provider struct {
 	host    *hostnode.Host
 	runtime *criRuntime
 	imageGC *imageGC
+	// hostStats reads what the runtime's stats leave out from this host.
+	hostStats hostStats
 
 	mu       sync.Mutex
 	version  string // <runtime>://<version>
@@ -189,7 +192,8 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 		return nil, fmt.Errorf("cri provider: %w", err)
 	}
 	gc := newImageGC(opts.Clock, opts.ImageGCHighPercent, opts.ImageGCLowPercent, opts.ImageMinimumGCAge)
-	return &Provider{Manager: m, opts: opts, host: host, runtime: rt, imageGC: gc}, nil
+	return &Provider{Manager: m, opts: opts, host: host, runtime: rt, imageGC: gc,
+		hostStats: hostStats{cgroups: stats.CgroupFS{Root: cgroupFS}, procRoot: "/proc"}}, nil
 }
 
 // Run keeps the snapshot of the runtime current (relist and container

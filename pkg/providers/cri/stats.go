@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -10,19 +11,34 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 var _ provider.StatsProvider = (*Provider)(nil)
 
+// hostStats is where the provider reads the figures of its pods that
+// the runtime's stats leave out (containerd reports no PSI on a hybrid
+// cgroup v1 host, no pod network, no filesystem capacities), and the CPU
+// rates it measures itself.
+type hostStats struct {
+	cgroups  stats.CgroupFS
+	procRoot string
+	rates    stats.CPURates
+}
+
 // PodStats asks the runtime for the stats of the node's pod sandboxes and
-// keeps those of each pod's current sandbox and of its running containers.
+// keeps those of each pod's current sandbox and of its running containers,
+// completed from the host as the kubelet completes the runtime's: CPU
+// rates, pressure stalls, the pod's network, the filesystems its
+// containers' layers, logs and volumes are on.
 func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, error) {
-	rs, _, err := p.runtime.conn.services(ctx)
+	rs, is, err := p.runtime.conn.services(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +46,10 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandbox stats: %w", err)
 	}
+	now := metav1.NewTime(p.opts.Clock.Now())
+	fs := p.filesystems(ctx, is, now)
 	out := make([]statsv1alpha1.PodStats, 0, len(list))
+	seen := map[string]bool{}
 	for _, s := range list {
 		sb := p.runtime.sandbox(types.UID(s.GetAttributes().GetMetadata().GetUid()))
 		if sb == nil || sb.id != s.GetAttributes().GetId() {
@@ -38,19 +57,136 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 		}
 		ps := sb.podStats(s)
 		if pod, err := p.GetPod(ctx, ps.PodRef.Namespace, ps.PodRef.Name); err == nil && string(pod.UID) == ps.PodRef.UID {
+			p.completeFromHost(&ps, s, sb, cgroupParent(pod), fs, now)
 			// The pod's ephemeral storage: its emptyDirs on the node's
-			// disk and its containers' writable layers.
-			volumes, ephemeral := p.PodStorage(pod, p.opts.Clock.Now())
+			// disk and its containers' writable layers and logs.
+			volumes, ephemeral := p.PodStorage(pod, now.Time)
 			for _, c := range ps.Containers {
-				if c.Rootfs != nil && c.Rootfs.UsedBytes != nil {
-					*ephemeral.UsedBytes += *c.Rootfs.UsedBytes
+				for _, f := range []*statsv1alpha1.FsStats{c.Rootfs, c.Logs} {
+					if f != nil && f.UsedBytes != nil {
+						*ephemeral.UsedBytes += *f.UsedBytes
+					}
+					if f != nil && f.InodesUsed != nil {
+						*ephemeral.InodesUsed += *f.InodesUsed
+					}
 				}
 			}
+			withCapacity(&ephemeral, fs.node)
 			ps.VolumeStats, ps.EphemeralStorage = volumes, &ephemeral
+		}
+		seen[sb.id] = true
+		for _, c := range s.GetLinux().GetContainers() {
+			seen[c.GetAttributes().GetId()] = true
 		}
 		out = append(out, ps)
 	}
+	p.hostStats.rates.Forget(func(key string) bool { return seen[key] })
 	return out, nil
+}
+
+// podFilesystems are the filesystems the pods' storage is on, each nil
+// where it cannot be read.
+type podFilesystems struct {
+	node  *statsv1alpha1.FsStats // the agent's root dir: volumes, ephemeral storage
+	image *statsv1alpha1.FsStats // the runtime's image filesystem: writable layers
+	logs  *statsv1alpha1.FsStats // the pods' log directory
+}
+
+func (p *Provider) filesystems(ctx context.Context, is internalapi.ImageManagerService, now metav1.Time) podFilesystems {
+	var fs podFilesystems
+	if p.opts.RootDir != "" {
+		fs.node, _ = stats.Statfs(p.opts.RootDir, now)
+	}
+	fs.logs, _ = stats.Statfs(p.runtime.node.PodLogsDir, now)
+	if mp := imageFsMountpoint(ctx, is); mp != "" {
+		fs.image, _ = stats.Statfs(mp, now)
+	}
+	if fs.image == nil {
+		fs.image = fs.node
+	}
+	return fs
+}
+
+// imageFsMountpoint asks the runtime where it keeps images ("" when it
+// does not say).
+func imageFsMountpoint(ctx context.Context, is internalapi.ImageManagerService) string {
+	if is == nil {
+		return ""
+	}
+	info, err := is.ImageFsInfo(ctx)
+	if err != nil || len(info.GetImageFilesystems()) == 0 {
+		return ""
+	}
+	return info.GetImageFilesystems()[0].GetFsId().GetMountpoint()
+}
+
+// withCapacity gives a usage the capacity figures of the filesystem it is
+// on, as the kubelet reports each volume, layer and log.
+func withCapacity(f *statsv1alpha1.FsStats, on *statsv1alpha1.FsStats) {
+	if f == nil || on == nil {
+		return
+	}
+	f.CapacityBytes, f.AvailableBytes, f.Inodes, f.InodesFree = on.CapacityBytes, on.AvailableBytes, on.Inodes, on.InodesFree
+}
+
+// completeFromHost adds to a pod's stats what the host tells and the
+// runtime did not: the CPU rates measured between this call and the last
+// (a runtime's own rate is over an interval of its choosing, and
+// containerd's is 0 when another client asked last), the pressure stalls
+// of the pod's and containers' cgroups, the sandbox's network, and the
+// filesystems of the containers' layers and logs.
+func (p *Provider) completeFromHost(ps *statsv1alpha1.PodStats, s *runtimeapi.PodSandboxStats, sb *criSandbox, podCgroup string, fs podFilesystems, now metav1.Time) {
+	h := &p.hostStats
+	h.addCPURate(sb.id, ps.CPU)
+	h.addPressure(podCgroup, ps.CPU, ps.Memory, &ps.IO, now)
+	if ps.Network == nil {
+		if pids, err := h.cgroups.Procs(podCgroup + "/" + sb.id); err == nil && len(pids) > 0 {
+			ps.Network, _ = stats.ProcessNetwork(h.procRoot, pids[0], now)
+		}
+	}
+	ids := map[string]string{}
+	for _, c := range s.GetLinux().GetContainers() {
+		ids[c.GetAttributes().GetMetadata().GetName()] = c.GetAttributes().GetId()
+	}
+	for i := range ps.Containers {
+		c := &ps.Containers[i]
+		id := ids[c.Name]
+		h.addCPURate(id, c.CPU)
+		h.addPressure(podCgroup+"/"+id, c.CPU, c.Memory, &c.IO, now)
+		withCapacity(c.Rootfs, fs.image)
+		if sb.logDir != "" {
+			used, inodes := stats.DirUsage(filepath.Join(sb.logDir, c.Name))
+			logs := &statsv1alpha1.FsStats{Time: now, UsedBytes: &used, InodesUsed: &inodes}
+			withCapacity(logs, fs.logs)
+			c.Logs = logs
+		}
+	}
+}
+
+// addCPURate sets the rate measured since the previous call where the
+// runtime gave the cumulative usage.
+func (h *hostStats) addCPURate(id string, cpu *statsv1alpha1.CPUStats) {
+	if cpu == nil || cpu.UsageCoreNanoSeconds == nil || id == "" {
+		return
+	}
+	if rate, ok := h.rates.Rate(id, cpu.Time.Time, *cpu.UsageCoreNanoSeconds); ok {
+		cpu.UsageNanoCores = &rate
+	}
+}
+
+// addPressure sets the pressure stalls of the cgroup where the runtime
+// gave none.
+func (h *hostStats) addPressure(cgroup string, cpu *statsv1alpha1.CPUStats, memory *statsv1alpha1.MemoryStats, io **statsv1alpha1.IOStats, now metav1.Time) {
+	cpuPSI, memPSI, ioPSI := h.cgroups.Pressure(cgroup)
+	if cpu != nil && cpu.PSI == nil {
+		cpu.PSI = cpuPSI
+	}
+	if memory != nil && memory.PSI == nil {
+		memory.PSI = memPSI
+	}
+	if *io == nil && ioPSI != nil {
+		*io = &statsv1alpha1.IOStats{Time: now, PSI: ioPSI}
+	}
 }
 
 // sandbox returns the current sandbox of a pod, or nil.
@@ -70,6 +206,7 @@ func (s *criSandbox) podStats(st *runtimeapi.PodSandboxStats) statsv1alpha1.PodS
 		StartTime: metav1.NewTime(s.created),
 		CPU:       criCPU(linux.GetCpu()),
 		Memory:    criMemory(linux.GetMemory()),
+		IO:        criIO(linux.GetIo()),
 	}
 	if n := linux.GetProcess().GetProcessCount(); n != nil {
 		ps.ProcessStats = &statsv1alpha1.ProcessStats{ProcessCount: &n.Value}
@@ -85,6 +222,7 @@ func (s *criSandbox) podStats(st *runtimeapi.PodSandboxStats) statsv1alpha1.PodS
 			StartTime: metav1.NewTime(latest.status.StartedAt),
 			CPU:       criCPU(c.GetCpu()),
 			Memory:    criMemory(c.GetMemory()),
+			IO:        criIO(c.GetIo()),
 		}
 		if l := c.GetWritableLayer(); l != nil {
 			cs.Rootfs = criFilesystem(l)
@@ -106,7 +244,26 @@ func criCPU(c *runtimeapi.CpuUsage) *statsv1alpha1.CPUStats {
 	if v := c.GetUsageNanoCores(); v != nil {
 		out.UsageNanoCores = &v.Value
 	}
+	out.PSI = criPSI(c.GetPsi())
 	return out
+}
+
+func criIO(io *runtimeapi.IoUsage) *statsv1alpha1.IOStats {
+	if io.GetPsi() == nil {
+		return nil
+	}
+	return &statsv1alpha1.IOStats{Time: metav1.NewTime(time.Unix(0, io.Timestamp)), PSI: criPSI(io.GetPsi())}
+}
+
+// criPSI converts the runtime's pressure stalls (both in nanoseconds).
+func criPSI(p *runtimeapi.PsiStats) *statsv1alpha1.PSIStats {
+	if p == nil {
+		return nil
+	}
+	data := func(d *runtimeapi.PsiData) statsv1alpha1.PSIData {
+		return statsv1alpha1.PSIData{Total: d.GetTotal(), Avg10: d.GetAvg10(), Avg60: d.GetAvg60(), Avg300: d.GetAvg300()}
+	}
+	return &statsv1alpha1.PSIStats{Full: data(p.GetFull()), Some: data(p.GetSome())}
 }
 
 func criMemory(m *runtimeapi.MemoryUsage) *statsv1alpha1.MemoryStats {
@@ -123,6 +280,7 @@ func criMemory(m *runtimeapi.MemoryUsage) *statsv1alpha1.MemoryStats {
 			*dst = &v
 		}
 	}
+	out.PSI = criPSI(m.GetPsi())
 	return out
 }
 
