@@ -59,6 +59,13 @@ func (s *statsSource) Summary(ctx context.Context, node string) (*statsv1alpha1.
 	if err != nil {
 		return nil, fmt.Errorf("node stats of node %s: %w", node, err)
 	}
+	if ip, ok := p.(provider.ImageFsStatsProvider); ok {
+		imageFs, containerFs, err := ip.ImageFsStats(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("image filesystem of node %s: %w", node, err)
+		}
+		ns.Runtime = &statsv1alpha1.RuntimeStats{ImageFs: imageFs, ContainerFs: containerFs}
+	}
 	ns.NodeName = node
 	return stats.Summary(ns, pods), nil
 }

@@ -210,6 +210,14 @@ type ContainerCgroup struct {
 	WritableLayerBytes *uint64
 }
 
+// ImageFsStatsProvider is implemented by providers whose runtime keeps
+// images on the node's disks: the summary reports the filesystems it keeps
+// them and the containers' writable layers on (the same one for a runtime
+// that does not split them), with what the runtime uses of each.
+type ImageFsStatsProvider interface {
+	ImageFsStats(ctx context.Context) (imageFs, containerFs *statsv1alpha1.FsStats, err error)
+}
+
 // NodeStatsProvider is implemented by providers that describe the node's
 // usage themselves (the sim provider simulates it); for the others the
 // node's figures are the host's.

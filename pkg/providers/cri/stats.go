@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -105,6 +106,52 @@ func (p *Provider) filesystems(ctx context.Context, is internalapi.ImageManagerS
 		fs.image = fs.node
 	}
 	return fs
+}
+
+var _ provider.ImageFsStatsProvider = (*Provider)(nil)
+
+// ImageFsStats reports the runtime's image filesystem as the kubelet
+// does: the runtime's own usage of it, on the size of the filesystem its
+// mountpoint is on; the containers' writable layers on the one the runtime
+// names for them, else on the image filesystem.
+func (p *Provider) ImageFsStats(ctx context.Context) (imageFs, containerFs *statsv1alpha1.FsStats, err error) {
+	_, is, err := p.runtime.conn.services(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := is.ImageFsInfo(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image filesystem info: %w", err)
+	}
+	if len(info.GetImageFilesystems()) == 0 {
+		return nil, nil, errors.New("the runtime reports no image filesystem")
+	}
+	if imageFs, err = runtimeFs(info.GetImageFilesystems()[0]); err != nil {
+		return nil, nil, err
+	}
+	containerFs = imageFs
+	if cfs := info.GetContainerFilesystems(); len(cfs) > 0 {
+		if containerFs, err = runtimeFs(cfs[0]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return imageFs, containerFs, nil
+}
+
+// runtimeFs is what the runtime uses of a filesystem, with its size.
+func runtimeFs(u *runtimeapi.FilesystemUsage) (*statsv1alpha1.FsStats, error) {
+	fs, err := stats.Statfs(u.GetFsId().GetMountpoint(), metav1.NewTime(time.Unix(0, u.GetTimestamp())))
+	if err != nil {
+		return nil, err
+	}
+	fs.UsedBytes, fs.InodesUsed = nil, nil
+	if v := u.GetUsedBytes(); v != nil {
+		fs.UsedBytes = &v.Value
+	}
+	if v := u.GetInodesUsed(); v != nil {
+		fs.InodesUsed = &v.Value
+	}
+	return fs, nil
 }
 
 // imageFsMountpoint asks the runtime where it keeps images ("" when it

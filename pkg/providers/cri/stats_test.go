@@ -169,3 +169,46 @@ func TestPodStatsCompletedFromHost(t *testing.T) {
 		t.Errorf("logs %+v, want the container's log directory (itself and one file)", c.Logs)
 	}
 }
+
+// The node's image filesystem is the runtime's usage on the filesystem of
+// its mountpoint; the containers' layers are on it unless the runtime
+// names another.
+func TestImageFsStats(t *testing.T) {
+	images, layers := t.TempDir(), t.TempDir()
+	usage := func(dir string, used uint64) *runtimeapi.FilesystemUsage {
+		return &runtimeapi.FilesystemUsage{Timestamp: 5, FsId: &runtimeapi.FilesystemIdentifier{Mountpoint: dir},
+			UsedBytes: &runtimeapi.UInt64Value{Value: used}, InodesUsed: &runtimeapi.UInt64Value{Value: 7}}
+	}
+	for _, tc := range []struct {
+		name                      string
+		image, container          []*runtimeapi.FilesystemUsage
+		wantErr                   bool
+		wantImageUsed, wantCtUsed uint64
+	}{
+		{name: "one filesystem", image: []*runtimeapi.FilesystemUsage{usage(images, 4096)}, wantImageUsed: 4096, wantCtUsed: 4096},
+		{name: "split", image: []*runtimeapi.FilesystemUsage{usage(images, 4096)}, container: []*runtimeapi.FilesystemUsage{usage(layers, 8192)}, wantImageUsed: 4096, wantCtUsed: 8192},
+		{name: "none", wantErr: true},
+		{name: "a mountpoint that is not there", image: []*runtimeapi.FilesystemUsage{usage(filepath.Join(images, "gone"), 1)}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			is := criapitesting.NewFakeImageService()
+			is.FakeFilesystemUsage, is.FakeContainerFilesystemUsage = tc.image, tc.container
+			p := &Provider{runtime: &criRuntime{conn: &connection{runtime: criapitesting.NewFakeRuntimeService(), images: is}}}
+			imageFs, containerFs, err := p.ImageFsStats(context.Background())
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			for name, fs := range map[string]*statsv1alpha1.FsStats{"image": imageFs, "container": containerFs} {
+				if fs.CapacityBytes == nil || *fs.CapacityBytes == 0 || fs.AvailableBytes == nil || fs.Inodes == nil || fs.InodesFree == nil || *fs.InodesUsed != 7 {
+					t.Errorf("%s filesystem %+v, want its size and the runtime's inodes", name, fs)
+				}
+			}
+			if *imageFs.UsedBytes != tc.wantImageUsed || *containerFs.UsedBytes != tc.wantCtUsed {
+				t.Errorf("used image %d container %d, want %d and %d", *imageFs.UsedBytes, *containerFs.UsedBytes, tc.wantImageUsed, tc.wantCtUsed)
+			}
+		})
+	}
+}
