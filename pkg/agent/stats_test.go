@@ -62,4 +62,3 @@ func TestSummaryRuntimeFilesystems(t *testing.T) {
 		})
 	}
 }
-
