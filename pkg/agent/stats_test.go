@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"testing"
+	"time"
 
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -58,6 +61,49 @@ func TestSummaryRuntimeFilesystems(t *testing.T) {
 			}
 			if tc.wantRuntime && (got.Node.Runtime.ImageFs != fs || got.Node.Runtime.ContainerFs != fs) {
 				t.Errorf("runtime %+v, want the provider's filesystems", got.Node.Runtime)
+			}
+		})
+	}
+}
+
+// The host node's system containers: the agent's own, and the cgroups
+// WithSystemCgroups names; a relative or root cgroup is refused.
+func TestSystemContainers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cgroups SystemCgroups
+		want    []string
+		wantErr bool
+	}{
+		{name: "the agent's only", want: []string{"kubelet"}},
+		{name: "all", cgroups: SystemCgroups{Runtime: "/rt", System: "/system", Pods: "/kubepods"},
+			want: []string{"kubelet", "runtime:/rt", "misc:/system", "pods:/kubepods"}},
+		{name: "relative", cgroups: SystemCgroups{Runtime: "rt"}, wantErr: true},
+		{name: "root", cgroups: SystemCgroups{System: "/"}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s settings
+			err := WithSystemCgroups(tc.cgroups)(&s)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr {
+				return
+			}
+			started := time.Unix(100, 0)
+			var got []string
+			for _, c := range (&Agent{s: s}).systemContainers(started) {
+				if c.Cgroup == "" {
+					if c.PID != os.Getpid() || !c.StartTime.Equal(started) {
+						t.Errorf("%s: pid %d started %v, want the agent's", c.Name, c.PID, c.StartTime)
+					}
+					got = append(got, c.Name)
+					continue
+				}
+				got = append(got, c.Name+":"+c.Cgroup)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("system containers %v, want %v", got, tc.want)
 			}
 		})
 	}

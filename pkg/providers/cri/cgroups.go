@@ -20,6 +20,10 @@ import (
 // kubelet's names (cAdvisor, the node e2e suite) find the pods there.
 const podsCgroup = "/kubepods"
 
+// PodsCgroup is the cgroup that holds every pod's: the node's system
+// container "pods".
+const PodsCgroup = podsCgroup
+
 // cgroupFS is where the cgroup hierarchies are mounted.
 const cgroupFS = "/sys/fs/cgroup"
 
