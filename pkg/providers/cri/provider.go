@@ -208,6 +208,10 @@ func (p *Provider) Run(ctx context.Context) error {
 		// Only containers whose mounts propagate need it: the others run.
 		klog.FromContext(ctx).Error(err, "Unable to make the root directory a shared mount")
 	}
+	allocatable := p.host.Allocatable()
+	if err := LimitPodsMemory(cgroupFS, allocatable.Memory().Value()); err != nil {
+		klog.FromContext(ctx).Error(err, "Unable to limit the pods' memory to the node's allocatable")
+	}
 	var wg sync.WaitGroup
 	if d := p.opts.Devices; d != nil {
 		d.Notify(p.NodeStatusChanged)
