@@ -208,7 +208,15 @@ type ContainerCgroup struct {
 	// WritableLayerBytes is what the container wrote to its writable
 	// layer, when the runtime says.
 	WritableLayerBytes *uint64
+	// FsDevice is the block device ("major:minor") its writable layer is
+	// on, when known: the container's block I/O there is reported, as
+	// zero until the cgroup has done some.
+	FsDevice string
 }
+
+// SandboxContainer is the name ContainerCgroup gives a pod's sandbox, as
+// cAdvisor names it.
+const SandboxContainer = "POD"
 
 // ImageFsStatsProvider is implemented by providers whose runtime keeps
 // images on the node's disks: the summary reports the filesystems it keeps

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -347,14 +348,16 @@ var _ provider.ContainerCgroupsProvider = (*Provider)(nil)
 // ContainerCgroups lists the running containers of the node's pods and
 // each pod's sandbox ("POD"), in the cgroups the runtime made for them
 // below the pod's (<pod cgroup>/<container ID>, containerd's cgroupfs
-// layout), with what each wrote to its writable layer.
+// layout), with what each wrote to its writable layer and the device of
+// the runtime's filesystem, where the layers are.
 func (p *Provider) ContainerCgroups(ctx context.Context) ([]provider.ContainerCgroup, error) {
 	pods, err := p.GetPods(ctx)
 	if err != nil {
 		return nil, err
 	}
 	written := map[string]*uint64{}
-	if rs, _, err := p.runtime.conn.services(ctx); err == nil {
+	var device string
+	if rs, is, err := p.runtime.conn.services(ctx); err == nil {
 		if list, err := rs.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: nodeSelector(p.opts.NodeName)}); err == nil {
 			for _, s := range list {
 				if v := s.GetWritableLayer().GetUsedBytes(); v != nil {
@@ -362,6 +365,7 @@ func (p *Provider) ContainerCgroups(ctx context.Context) ([]provider.ContainerCg
 				}
 			}
 		}
+		device = blockDevice(imageFsMountpoint(ctx, is))
 	}
 	var out []provider.ContainerCgroup
 	for _, pod := range pods {
@@ -370,7 +374,7 @@ func (p *Provider) ContainerCgroups(ctx context.Context) ([]provider.ContainerCg
 			continue
 		}
 		podCg := cgroupParent(pod)
-		out = append(out, provider.ContainerCgroup{Namespace: pod.Namespace, Pod: pod.Name, Container: "POD",
+		out = append(out, provider.ContainerCgroup{Namespace: pod.Namespace, Pod: pod.Name, Container: provider.SandboxContainer,
 			ID: sb.id, Cgroup: podCg + "/" + sb.id, StartTime: sb.created})
 		containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
 		for _, c := range containers {
@@ -380,8 +384,25 @@ func (p *Provider) ContainerCgroups(ctx context.Context) ([]provider.ContainerCg
 			}
 			out = append(out, provider.ContainerCgroup{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name,
 				ID: latest.id, Image: c.Image, Cgroup: podCg + "/" + latest.id, StartTime: latest.status.StartedAt,
-				WritableLayerBytes: written[latest.id]})
+				WritableLayerBytes: written[latest.id], FsDevice: device})
 		}
 	}
 	return out, nil
+}
+
+// blockDevice is the "major:minor" of the device the filesystem holding
+// dir is on, or "" (no dir, or a filesystem without a device).
+func blockDevice(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return ""
+	}
+	major, minor := unix.Major(st.Dev), unix.Minor(st.Dev)
+	if major == 0 {
+		return "" // an anonymous device: tmpfs, overlay
+	}
+	return fmt.Sprintf("%d:%d", major, minor)
 }
