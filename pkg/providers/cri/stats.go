@@ -57,9 +57,9 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 		if sb == nil || sb.id != s.GetAttributes().GetId() {
 			continue // an old sandbox of the pod, or one not listed yet
 		}
-		ps := sb.podStats(s)
+		ps, ids := sb.podStats(s)
 		if pod, err := p.GetPod(ctx, ps.PodRef.Namespace, ps.PodRef.Name); err == nil && string(pod.UID) == ps.PodRef.UID {
-			p.completeFromHost(&ps, s, sb, cgroupParent(pod), fs, now)
+			p.completeFromHost(&ps, ids, sb, cgroupParent(pod), fs, now)
 			// The pod's ephemeral storage: its emptyDirs on the node's
 			// disk and its containers' writable layers and logs.
 			volumes, ephemeral := p.PodStorage(pod, now.Time)
@@ -77,8 +77,8 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 			ps.VolumeStats, ps.EphemeralStorage = volumes, &ephemeral
 		}
 		seen[sb.id] = true
-		for _, c := range s.GetLinux().GetContainers() {
-			seen[c.GetAttributes().GetId()] = true
+		for _, id := range ids {
+			seen[id] = true
 		}
 		out = append(out, ps)
 	}
@@ -183,7 +183,8 @@ func withCapacity(f *statsv1alpha1.FsStats, on *statsv1alpha1.FsStats) {
 // containerd's is 0 when another client asked last), the pressure stalls
 // of the pod's and containers' cgroups, the sandbox's network, and the
 // filesystems of the containers' layers and logs.
-func (p *Provider) completeFromHost(ps *statsv1alpha1.PodStats, s *runtimeapi.PodSandboxStats, sb *criSandbox, podCgroup string, fs podFilesystems, now metav1.Time) {
+// ids are the runtime IDs of the containers in ps, by name.
+func (p *Provider) completeFromHost(ps *statsv1alpha1.PodStats, ids map[string]string, sb *criSandbox, podCgroup string, fs podFilesystems, now metav1.Time) {
 	h := &p.hostStats
 	h.addCPURate(sb.id, ps.CPU)
 	h.addPressure(podCgroup, ps.CPU, ps.Memory, &ps.IO, now)
@@ -191,10 +192,6 @@ func (p *Provider) completeFromHost(ps *statsv1alpha1.PodStats, s *runtimeapi.Po
 		if pids, err := h.cgroups.Procs(podCgroup + "/" + sb.id); err == nil && len(pids) > 0 {
 			ps.Network, _ = stats.ProcessNetwork(h.procRoot, pids[0], now)
 		}
-	}
-	ids := map[string]string{}
-	for _, c := range s.GetLinux().GetContainers() {
-		ids[c.GetAttributes().GetMetadata().GetName()] = c.GetAttributes().GetId()
 	}
 	for i := range ps.Containers {
 		c := &ps.Containers[i]
@@ -245,8 +242,10 @@ func (r *criRuntime) sandbox(uid types.UID) *criSandbox {
 }
 
 // podStats turns the runtime's stats of the sandbox into the summary's,
-// keeping the containers the snapshot has as running.
-func (s *criSandbox) podStats(st *runtimeapi.PodSandboxStats) statsv1alpha1.PodStats {
+// keeping the containers the snapshot has as running, and returns the
+// runtime IDs of those it kept by name (the runtime lists a restarted
+// container's earlier instances under the same name).
+func (s *criSandbox) podStats(st *runtimeapi.PodSandboxStats) (statsv1alpha1.PodStats, map[string]string) {
 	md := st.GetAttributes().GetMetadata()
 	linux := st.GetLinux()
 	ps := statsv1alpha1.PodStats{
@@ -259,12 +258,14 @@ func (s *criSandbox) podStats(st *runtimeapi.PodSandboxStats) statsv1alpha1.PodS
 	if n := linux.GetProcess().GetProcessCount(); n != nil {
 		ps.ProcessStats = &statsv1alpha1.ProcessStats{ProcessCount: &n.Value}
 	}
+	ids := map[string]string{}
 	for _, c := range linux.GetContainers() {
 		name := c.GetAttributes().GetMetadata().GetName()
 		latest := s.latest(name)
 		if latest == nil || latest.id != c.GetAttributes().GetId() || latest.status.State != lifecycle.StateRunning {
 			continue
 		}
+		ids[name] = latest.id
 		cs := statsv1alpha1.ContainerStats{
 			Name:      name,
 			StartTime: metav1.NewTime(latest.status.StartedAt),
@@ -278,7 +279,7 @@ func (s *criSandbox) podStats(st *runtimeapi.PodSandboxStats) statsv1alpha1.PodS
 		ps.Containers = append(ps.Containers, cs)
 	}
 	slices.SortFunc(ps.Containers, func(a, b statsv1alpha1.ContainerStats) int { return strings.Compare(a.Name, b.Name) })
-	return ps
+	return ps, ids
 }
 
 func criCPU(c *runtimeapi.CpuUsage) *statsv1alpha1.CPUStats {

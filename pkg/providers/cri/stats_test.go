@@ -121,9 +121,9 @@ func TestPodStatsCompletedFromHost(t *testing.T) {
 
 	p := &Provider{hostStats: hostStats{cgroups: stats.CgroupFS{Root: filepath.Join(dir, "cgroup")}, procRoot: filepath.Join(dir, "proc")}}
 	sb := &criSandbox{id: "sb1", logDir: filepath.Join(dir, "logs")}
-	s := &runtimeapi.PodSandboxStats{Linux: &runtimeapi.LinuxPodSandboxStats{Containers: []*runtimeapi.ContainerStats{
-		{Attributes: &runtimeapi.ContainerAttributes{Id: "c1", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}}},
-	}}}
+	// The container's cgroup is that of its instance the pod runs, not of
+	// the one it restarted from.
+	ids := map[string]string{"app": "c1"}
 	capacity, avail, inodes, free := uint64(1<<30), uint64(1<<29), uint64(1e6), uint64(5e5)
 	image := &statsv1alpha1.FsStats{CapacityBytes: &capacity, AvailableBytes: &avail, Inodes: &inodes, InodesFree: &free}
 	now := metav1.NewTime(time.Unix(1000, 0))
@@ -139,7 +139,7 @@ func TestPodStatsCompletedFromHost(t *testing.T) {
 				Rootfs: &statsv1alpha1.FsStats{UsedBytes: &written},
 			}},
 		}
-		p.completeFromHost(&ps, s, sb, podCg, podFilesystems{image: image, logs: image}, now)
+		p.completeFromHost(&ps, ids, sb, podCg, podFilesystems{image: image, logs: image}, now)
 		return ps
 	}
 	first := sample(time.Unix(1000, 0), 1e9, 5e8)
@@ -210,5 +210,26 @@ func TestImageFsStats(t *testing.T) {
 				t.Errorf("used image %d container %d, want %d and %d", *imageFs.UsedBytes, *containerFs.UsedBytes, tc.wantImageUsed, tc.wantCtUsed)
 			}
 		})
+	}
+}
+
+// A restarted container's earlier instance, which the runtime lists under
+// the same name (here after the running one), is neither reported nor
+// the one whose ID the host's figures are read by.
+func TestPodStatsIDsOfRestartedContainers(t *testing.T) {
+	md := &runtimeapi.ContainerMetadata{Name: "app"}
+	sb := &criSandbox{id: "sb1", containers: map[string][]*criContainer{
+		"app": {{id: "old", status: lifecycle.ContainerStatus{Name: "app", State: lifecycle.StateExited}},
+			{id: "new", status: lifecycle.ContainerStatus{Name: "app", State: lifecycle.StateRunning}}},
+	}}
+	ps, ids := sb.podStats(&runtimeapi.PodSandboxStats{
+		Attributes: &runtimeapi.PodSandboxAttributes{Id: "sb1", Metadata: &runtimeapi.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "u1"}},
+		Linux: &runtimeapi.LinuxPodSandboxStats{Containers: []*runtimeapi.ContainerStats{
+			{Attributes: &runtimeapi.ContainerAttributes{Id: "new", Metadata: md}},
+			{Attributes: &runtimeapi.ContainerAttributes{Id: "old", Metadata: md}},
+		}},
+	})
+	if len(ps.Containers) != 1 || ids["app"] != "new" || len(ids) != 1 {
+		t.Errorf("containers %+v ids %v, want app once, by its running instance's ID", ps.Containers, ids)
 	}
 }
