@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -170,4 +171,52 @@ func keys(m map[string]statsv1alpha1.ContainerStats) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A cgroup's processes come from the unified hierarchy where the runtime
+// placed it there, else from cgroup v1's cpu hierarchy.
+func TestCgroupProcs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  []int
+	}{
+		{name: "hybrid", files: map[string]string{"unified/cgroup.procs": "", "unified/pod/sb/cgroup.procs": "7\n", "cpu/pod/sb/cgroup.procs": "8\n"}, want: []int{7}},
+		{name: "hybrid, not placed in the unified hierarchy", files: map[string]string{"unified/cgroup.procs": "", "cpu/pod/sb/cgroup.procs": "8\n9\n"}, want: []int{8, 9}},
+		{name: "cgroup v2", files: map[string]string{"cgroup.controllers": "cpu\n", "pod/sb/cgroup.procs": "5\n"}, want: []int{5}},
+		{name: "gone", files: map[string]string{"unified/cgroup.procs": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			writeFiles(t, root, tc.files)
+			got, err := CgroupFS{Root: root}.Procs("/pod/sb")
+			if (err != nil) != (tc.want == nil) {
+				t.Fatalf("err = %v, want one %v", err, tc.want == nil)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("procs %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Rates are per key, measured over at least a second, and forgotten for
+// keys that are gone.
+func TestCPURates(t *testing.T) {
+	var r CPURates
+	t0 := time.Unix(1000, 0)
+	if _, ok := r.Rate("a", t0, 1e9); ok {
+		t.Error("a rate from one sample")
+	}
+	r.Rate("b", t0, 5)
+	if got, ok := r.Rate("a", t0.Add(2*time.Second), 2e9); !ok || got != 5e8 {
+		t.Errorf("rate %d %v, want 5e8", got, ok)
+	}
+	if got, ok := r.Rate("a", t0.Add(2*time.Second+time.Millisecond), 3e9); !ok || got != 5e8 {
+		t.Errorf("rate a millisecond later %d %v, want the last measured", got, ok)
+	}
+	r.Forget(func(k string) bool { return k == "a" })
+	if _, ok := r.Rate("b", t0.Add(10*time.Second), 10); ok {
+		t.Error("a rate for a forgotten key")
+	}
 }
