@@ -220,3 +220,17 @@ func TestCPURates(t *testing.T) {
 		t.Error("a rate for a forgotten key")
 	}
 }
+
+// A longer MinInterval keeps the sample a rate is measured from until it
+// has passed: a sample sooner gives the last rate and is not kept.
+func TestCPURatesMinInterval(t *testing.T) {
+	r := CPURates{MinInterval: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	r.Rate("a", t0, 0)
+	if _, ok := r.Rate("a", t0.Add(2*time.Second), 0); ok {
+		t.Error("a rate over 2 s")
+	}
+	if got, ok := r.Rate("a", t0.Add(10*time.Second), 1e9); !ok || got != 1e8 {
+		t.Errorf("rate %d %v, want 1e8 over the 10 s since the first sample", got, ok)
+	}
+}

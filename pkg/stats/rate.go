@@ -12,6 +12,14 @@ import (
 // cut short) leaves the rate to its caller, as the kubelet's CRI stats
 // provider computes it. It is safe for concurrent use.
 type CPURates struct {
+	// MinInterval is the shortest interval a rate is measured over
+	// (default a second): a sample taken sooner after the kept one gives
+	// the rate measured last, and is not kept. A workload that wakes up
+	// every few seconds can use no CPU at all between two samples a
+	// second apart; over ten seconds, as cAdvisor's housekeeping measures
+	// the kubelet's rates, it shows what it does.
+	MinInterval time.Duration
+
 	mu sync.Mutex
 	c  rateCache
 }
@@ -25,7 +33,11 @@ func (r *CPURates) Rate(key string, at time.Time, usage uint64) (uint64, bool) {
 	if r.c == nil {
 		r.c = rateCache{}
 	}
-	return r.c.rate(key, cpuSample{at: at, usage: usage})
+	minInterval := r.MinInterval
+	if minInterval <= 0 {
+		minInterval = minRateInterval
+	}
+	return r.c.rate(key, cpuSample{at: at, usage: usage}, minInterval)
 }
 
 // Forget drops the keys keep does not keep: containers that are gone.
@@ -39,8 +51,7 @@ func (r *CPURates) Forget(keep func(key string) bool) {
 	}
 }
 
-// rateCache is CPURates without its lock, for the Host, which holds its
-// own.
+// rateCache is CPURates without its lock.
 type rateCache map[string]*rateState
 
 type rateState struct {
@@ -54,16 +65,16 @@ type cpuSample struct {
 }
 
 // rate returns the rate in nanocores between the key's kept sample and s,
-// and keeps s for the next call, unless s comes too soon after it (two
-// scrapes at once): then the rate measured last stands.
-func (c rateCache) rate(key string, s cpuSample) (uint64, bool) {
+// and keeps s for the next call, unless s comes sooner than minInterval
+// after it: then the rate measured last stands.
+func (c rateCache) rate(key string, s cpuSample, minInterval time.Duration) (uint64, bool) {
 	st, ok := c[key]
 	if !ok {
 		c[key] = &rateState{last: s}
 		return 0, false
 	}
 	elapsed := s.at.Sub(st.last.at)
-	if elapsed < minRateInterval {
+	if elapsed < minInterval {
 		if st.rate == nil {
 			return 0, false
 		}

@@ -24,7 +24,6 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/podresources"
 	"github.com/nodelet/nodelet/pkg/provider"
-	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 var (
@@ -193,7 +192,7 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 	}
 	gc := newImageGC(opts.Clock, opts.ImageGCHighPercent, opts.ImageGCLowPercent, opts.ImageMinimumGCAge)
 	return &Provider{Manager: m, opts: opts, host: host, runtime: rt, imageGC: gc,
-		hostStats: hostStats{cgroups: stats.CgroupFS{Root: cgroupFS}, procRoot: "/proc"}}, nil
+		hostStats: newHostStats(cgroupFS, "/proc")}, nil
 }
 
 // Run keeps the snapshot of the runtime current (relist and container

@@ -31,7 +31,19 @@ var _ provider.StatsProvider = (*Provider)(nil)
 type hostStats struct {
 	cgroups  stats.CgroupFS
 	procRoot string
-	rates    stats.CPURates
+	rates    *stats.CPURates // nil: the runtime's rates stand
+}
+
+// podRateInterval is the shortest interval the pods' and containers' CPU
+// rates are measured over. Every client of the summary (the eviction
+// manager every few seconds, metrics-server, /stats/summary) samples the
+// same counters; a container that sleeps most of each second can show
+// no CPU at all between two samples a second or two apart.
+const podRateInterval = 10 * time.Second
+
+func newHostStats(cgroupRoot, procRoot string) hostStats {
+	return hostStats{cgroups: stats.CgroupFS{Root: cgroupRoot}, procRoot: procRoot,
+		rates: &stats.CPURates{MinInterval: podRateInterval}}
 }
 
 // PodStats asks the runtime for the stats of the node's pod sandboxes and
@@ -82,7 +94,9 @@ func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, erro
 		}
 		out = append(out, ps)
 	}
-	p.hostStats.rates.Forget(func(key string) bool { return seen[key] })
+	if r := p.hostStats.rates; r != nil {
+		r.Forget(func(key string) bool { return seen[key] })
+	}
 	return out, nil
 }
 
@@ -211,7 +225,7 @@ func (p *Provider) completeFromHost(ps *statsv1alpha1.PodStats, ids map[string]s
 // addCPURate sets the rate measured since the previous call where the
 // runtime gave the cumulative usage.
 func (h *hostStats) addCPURate(id string, cpu *statsv1alpha1.CPUStats) {
-	if cpu == nil || cpu.UsageCoreNanoSeconds == nil || id == "" {
+	if cpu == nil || cpu.UsageCoreNanoSeconds == nil || id == "" || h.rates == nil {
 		return
 	}
 	if rate, ok := h.rates.Rate(id, cpu.Time.Time, *cpu.UsageCoreNanoSeconds); ok {

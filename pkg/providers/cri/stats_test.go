@@ -21,7 +21,6 @@ import (
 	"github.com/nodelet/nodelet/pkg/lifecycle"
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
-	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // PodStats keeps the pod's current sandbox and its running containers:
@@ -119,7 +118,7 @@ func TestPodStatsCompletedFromHost(t *testing.T) {
 `)
 	write("logs/app/0.log", "hello\n")
 
-	p := &Provider{hostStats: hostStats{cgroups: stats.CgroupFS{Root: filepath.Join(dir, "cgroup")}, procRoot: filepath.Join(dir, "proc")}}
+	p := &Provider{hostStats: newHostStats(filepath.Join(dir, "cgroup"), filepath.Join(dir, "proc"))}
 	sb := &criSandbox{id: "sb1", logDir: filepath.Join(dir, "logs")}
 	// The container's cgroup is that of its instance the pod runs, not of
 	// the one it restarted from.
@@ -148,6 +147,11 @@ func TestPodStatsCompletedFromHost(t *testing.T) {
 	}
 	if got := first.Containers[0].CPU.UsageNanoCores; got == nil || *got != 0 {
 		t.Errorf("container rate %v on the first sample, want the runtime's", got)
+	}
+	// Another client's sample 2 s later, when the container happened to
+	// use no CPU: too soon to measure over, and not kept.
+	if soon := sample(time.Unix(1002, 0), 1e9, 5e8); soon.CPU.UsageNanoCores != nil {
+		t.Errorf("pod rate %d 2 s after the first sample, want none yet", *soon.CPU.UsageNanoCores)
 	}
 	ps := sample(time.Unix(1010, 0), 2e9, 6e8)
 	c := ps.Containers[0]
