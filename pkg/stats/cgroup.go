@@ -164,8 +164,11 @@ func (c CgroupFS) Pressure(path string) (cpu, memory, io *statsv1alpha1.PSIStats
 	return read("cpu.pressure"), read("memory.pressure"), read("io.pressure")
 }
 
-// memoryV1 reads a cgroup v1 memory cgroup. The figures are the
-// hierarchy's (total_*), as cAdvisor reports them for the kubelet.
+// memoryV1 reads a cgroup v1 memory cgroup as cAdvisor reports it for
+// the kubelet: the usage, RSS and working set of the whole hierarchy
+// (total_*), the page faults of the cgroup's own tasks (cgroup v1 keeps a
+// parent's total since it was made, its gone children's included: the
+// kubelet reports the cgroup's own, which the node e2e suite bounds).
 func memoryV1(dir string, ts metav1.Time) (*statsv1alpha1.MemoryStats, error) {
 	usage, err := readUint(filepath.Join(dir, "memory.usage_in_bytes"))
 	if err != nil {
@@ -178,7 +181,7 @@ func memoryV1(dir string, ts metav1.Time) (*statsv1alpha1.MemoryStats, error) {
 	m := &statsv1alpha1.MemoryStats{Time: ts, UsageBytes: &usage}
 	workingSet, rss := sub(usage, stat["total_inactive_file"]), stat["total_rss"]
 	m.WorkingSetBytes, m.RSSBytes = &workingSet, &rss
-	m.PageFaults, m.MajorPageFaults = optional(stat, "total_pgfault"), optional(stat, "total_pgmajfault")
+	m.PageFaults, m.MajorPageFaults = optional(stat, "pgfault"), optional(stat, "pgmajfault")
 	if limit, err := readUint(filepath.Join(dir, "memory.limit_in_bytes")); err == nil && limit < unlimited {
 		available := sub(limit, workingSet)
 		m.AvailableBytes = &available

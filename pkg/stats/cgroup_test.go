@@ -88,7 +88,7 @@ func (f *fixture) v1Cgroup(path string, cpuNanos uint64, limit string, psi bool)
 	f.write(f.cgrp, "cpuacct"+path+"/cpuacct.usage", u(cpuNanos)+"\n")
 	f.write(f.cgrp, "memory"+path+"/memory.usage_in_bytes", "5000000\n")
 	f.write(f.cgrp, "memory"+path+"/memory.limit_in_bytes", limit+"\n")
-	f.write(f.cgrp, "memory"+path+"/memory.stat", "cache 1\nrss 2\ntotal_rss 3000000\ntotal_inactive_file 1000000\ntotal_pgfault 4000\ntotal_pgmajfault 4\n")
+	f.write(f.cgrp, "memory"+path+"/memory.stat", "cache 1\nrss 2\npgfault 4000\npgmajfault 4\ntotal_rss 3000000\ntotal_inactive_file 1000000\ntotal_pgfault 2213850\ntotal_pgmajfault 40\n")
 	f.write(f.cgrp, "unified/cgroup.procs", "")
 	if psi {
 		for _, r := range []string{"cpu", "memory", "io"} {
