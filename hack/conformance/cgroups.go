@@ -61,6 +61,11 @@ func placeInCgroups() (*hostCgroups, error) {
 			if err := makeCgroup(root, dir); err != nil {
 				return nil, errors.Join(fmt.Errorf("cgroup %s in %s: %w", dir, root, err), h.remove())
 			}
+			if dir == h.base {
+				if err := delegateControllers(filepath.Join(root, dir)); err != nil {
+					return nil, errors.Join(fmt.Errorf("cgroup %s in %s: %w", dir, root, err), h.remove())
+				}
+			}
 		}
 	}
 	if err := h.moveSelf(func(string) string { return h.path(systemCgroup) }); err != nil {
@@ -145,6 +150,25 @@ func ownCgroup(root string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the runner's cgroup in %s not found", root)
+}
+
+// delegateControllers enables, in a cgroup v2 cgroup, every controller
+// it has for its children: without, the three cgroups below the base
+// would have no CPU or memory figures. A cgroup v1 hierarchy, or a v2 one
+// without controllers (hybrid mode's), has none to enable.
+func delegateControllers(path string) error {
+	data, err := os.ReadFile(filepath.Join(path, "cgroup.controllers"))
+	if err != nil {
+		return nil
+	}
+	var enable []string
+	for _, c := range strings.Fields(string(data)) {
+		enable = append(enable, "+"+c)
+	}
+	if len(enable) == 0 {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(path, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644)
 }
 
 // makeCgroup creates dir in the hierarchy at root; in a cpuset hierarchy

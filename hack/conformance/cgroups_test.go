@@ -48,3 +48,37 @@ func TestMakeCgroup(t *testing.T) {
 		})
 	}
 }
+
+// The base cgroup hands its cgroup v2 controllers to its children; a
+// hierarchy without any is left as it is.
+func TestDelegateControllers(t *testing.T) {
+	for _, tc := range []struct {
+		name, controllers, want string
+	}{
+		{name: "cgroup v2", controllers: "cpu io memory pids\n", want: "+cpu +io +memory +pids"},
+		{name: "hybrid unified hierarchy", controllers: "\n"},
+		{name: "cgroup v1", controllers: "-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.controllers != "-" {
+				if err := os.WriteFile(filepath.Join(dir, "cgroup.controllers"), []byte(tc.controllers), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := delegateControllers(dir); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+			if tc.want == "" {
+				if err == nil {
+					t.Errorf("wrote %q", got)
+				}
+				return
+			}
+			if string(got) != tc.want {
+				t.Errorf("subtree_control %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
