@@ -40,6 +40,9 @@ type cluster struct {
 	hostIP     string
 	nodes      []*node
 	stops      []func() error
+	// cgroups, for the node suite on cri, holds the agent, the runtime
+	// and the rest of the run apart; nil otherwise.
+	cgroups *hostCgroups
 }
 
 // node is one nodelet of the cluster and what it alone uses: its root
@@ -75,6 +78,13 @@ func startCluster(ctx context.Context, o options, provider, dir string) (c *clus
 			err = errors.Join(err, c.stop())
 		}
 	}()
+	if provider == "cri" && o.suite == suiteNode {
+		if c.cgroups, err = placeInCgroups(); err != nil {
+			return c, err
+		}
+		// Registered first, so run last: once everything in them is gone.
+		c.onStop(c.cgroups.remove)
+	}
 	if err := c.startControlPlane(ctx); err != nil {
 		return c, err
 	}
@@ -163,7 +173,11 @@ func (c *cluster) startRegistry(ctx context.Context, images string) (string, err
 // startRuntime runs a private containerd that mirrors registry.k8s.io and
 // docker.io to the registry.
 func (c *cluster) startRuntime(ctx context.Context, registry string) (*crienv.Env, error) {
-	env, err := crienv.Start(ctx, crienv.Options{BinDir: c.bin, Mirror: "http://" + registry})
+	var env *crienv.Env
+	err := c.startIn(runtimeCgroup, func() (err error) {
+		env, err = crienv.Start(ctx, crienv.Options{BinDir: c.bin, Mirror: "http://" + registry})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +202,11 @@ func (c *cluster) startNode(ctx context.Context, n *node, extra []string) error 
 	// Once the agent has stopped: the binding of its root directory onto
 	// itself, which it leaves when it stops with volumes mounted.
 	c.onStop(func() error { return crienv.UnmountRootDir(n.rootDir) })
-	d, err := c.daemon(n.name, filepath.Join(c.bin, "nodelet"), args...)
+	var d *clusteraddons.Daemon
+	err := c.startIn(agentCgroup, func() (err error) {
+		d, err = c.daemon(n.name, filepath.Join(c.bin, "nodelet"), args...)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -298,6 +316,15 @@ func (c *cluster) daemon(name, path string, args ...string) (*clusteraddons.Daem
 	}
 	c.onStop(d.Stop)
 	return d, nil
+}
+
+// startIn runs start in the named cgroup of the run's, where there are
+// any.
+func (c *cluster) startIn(cgroup string, start func() error) error {
+	if c.cgroups == nil {
+		return start()
+	}
+	return c.cgroups.startIn(cgroup, start)
 }
 
 func (c *cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }

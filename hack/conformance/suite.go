@@ -183,14 +183,20 @@ func (c *cluster) prepareNodeSuite(n *node) ([]string, error) {
 		return nil, err
 	}
 	cfg := filepath.Join(c.dir, "nodelet.yaml")
-	data := strings.Join([]string{
+	lines := []string{
 		"apiVersion: nodelet.io/v1alpha1",
 		"kind: NodeletConfiguration",
 		"staticPodPath: " + manifests,
 		"fileCheckFrequency: 10s",
 		"readOnlyPort: 10255",
 		"podLogsDir: " + podLogsDir,
-	}, "\n") + "\n"
+	}
+	if c.cgroups != nil {
+		// The node's system containers, as upstream's harness names the
+		// kubelet's: where the runner put the runtime and itself.
+		lines = append(lines, "runtimeCgroups: "+c.cgroups.path(runtimeCgroup), "systemCgroups: "+c.cgroups.path(systemCgroup))
+	}
+	data := strings.Join(lines, "\n") + "\n"
 	if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
 		return nil, err
 	}

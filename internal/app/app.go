@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/providers/cri"
 )
 
 // Credentials are the command line's way to the API server: a kubeconfig
@@ -122,6 +123,11 @@ func agentOptions(o Credentials, cfg *config.Config, layout *nodeLayout) ([]agen
 	}
 	if cfg.RunsHostPods() {
 		opts = append(opts, agent.WithShutdown(shutdownOptions(cfg)))
+		cgroups := agent.SystemCgroups{Runtime: cfg.RuntimeCgroups, System: cfg.SystemCgroups}
+		if cfg.Provider == config.ProviderCRI {
+			cgroups.Pods = cri.PodsCgroup
+		}
+		opts = append(opts, agent.WithSystemCgroups(cgroups))
 	}
 	if cfg.StaticPodPath != "" || cfg.StaticPodURL != "" {
 		opts = append(opts, agent.WithStaticPods(agent.StaticPodOptions{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -71,7 +72,7 @@ func (a *Agent) build(rc *rest.Config) (_ *built, err error) {
 		recorder: broadcaster.NewRecorder(scheme.Scheme, a.eventSource()),
 		inf:      newAgentInformers(client, a.nodes.names(), a.s.selector != nil),
 		probes:   prometheus.NewRegistry(),
-		host:     stats.NewHost(stats.HostOptions{RootDir: a.s.rootDir}),
+		host:     stats.NewHost(stats.HostOptions{RootDir: a.s.rootDir, SystemContainers: a.systemContainers(time.Now())}),
 	}
 	p.factories = p.inf.all()
 	if p.registry, err = a.metricsRegistry(); err != nil {

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ type settings struct {
 	contentType string
 	version     string
 	rootDir     string
+	cgroups     SystemCgroups
 
 	node      NodeOptions
 	pods      PodOptions
@@ -121,6 +123,30 @@ func WithContentType(contentType string) Option {
 func WithVersion(v string) Option {
 	return func(s *settings) error {
 		s.version = v
+		return nil
+	}
+}
+
+// SystemCgroups name the cgroups of a host node's system containers,
+// which its stats summary reports beside the node (the kubelet's
+// runtimeCgroups, systemCgroups and its pods' cgroup root). Each is a path
+// below every hierarchy's root; an empty one is not reported. The agent's
+// own cgroup is reported as the kubelet's wherever it runs.
+type SystemCgroups struct {
+	// Runtime holds the container runtime's processes, System the host's
+	// other system processes, Pods the pods' cgroups.
+	Runtime, System, Pods string
+}
+
+// WithSystemCgroups names the node's system containers' cgroups.
+func WithSystemCgroups(c SystemCgroups) Option {
+	return func(s *settings) error {
+		for _, p := range []string{c.Runtime, c.System, c.Pods} {
+			if p != "" && (!strings.HasPrefix(p, "/") || p == "/") {
+				return fmt.Errorf("system cgroup %q: must be an absolute path other than the root", p)
+			}
+		}
+		s.cgroups = c
 		return nil
 	}
 }

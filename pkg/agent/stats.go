@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"time"
 
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
@@ -18,6 +20,23 @@ type statsSource struct {
 	host      *stats.Host
 	nodes     map[string]provider.PodLifecycleHandler
 	byAddress map[netip.Addr]string
+}
+
+// systemContainers are the host node's system containers: the agent's
+// own cgroup as the kubelet's (started when the agent was built), and those
+// WithSystemCgroups names.
+func (a *Agent) systemContainers(started time.Time) []stats.SystemContainer {
+	out := []stats.SystemContainer{{Name: statsv1alpha1.SystemContainerKubelet, PID: os.Getpid(), StartTime: started}}
+	for _, c := range []struct{ name, cgroup string }{
+		{statsv1alpha1.SystemContainerRuntime, a.s.cgroups.Runtime},
+		{statsv1alpha1.SystemContainerMisc, a.s.cgroups.System},
+		{statsv1alpha1.SystemContainerPods, a.s.cgroups.Pods},
+	} {
+		if c.cgroup != "" {
+			out = append(out, stats.SystemContainer{Name: c.name, Cgroup: c.cgroup})
+		}
+	}
+	return out
 }
 
 // newStatsSource serves the nodes, each at its own InternalIP where
@@ -58,6 +77,13 @@ func (s *statsSource) Summary(ctx context.Context, node string) (*statsv1alpha1.
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node stats of node %s: %w", node, err)
+	}
+	if ip, ok := p.(provider.ImageFsStatsProvider); ok {
+		imageFs, containerFs, err := ip.ImageFsStats(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("image filesystem of node %s: %w", node, err)
+		}
+		ns.Runtime = &statsv1alpha1.RuntimeStats{ImageFs: imageFs, ContainerFs: containerFs}
 	}
 	ns.NodeName = node
 	return stats.Summary(ns, pods), nil

@@ -224,6 +224,15 @@ type Config struct {
 	// <podLogsDir>/<namespace>_<pod>_<uid>/<container>/<restart>.log, linked
 	// from the directory "containers" beside it.
 	PodLogsDir string `json:"podLogsDir,omitempty"`
+	// RuntimeCgroups and SystemCgroups name the cgroups (paths below
+	// every hierarchy's root) where the container runtime and the host's
+	// other system processes run, as the kubelet's runtimeCgroups and
+	// systemCgroups: the stats summary of a cri or process node reports
+	// them as the system containers "runtime" and "misc". nodelet moves
+	// no process into them; whoever starts the runtime and the host's
+	// services places them there.
+	RuntimeCgroups string `json:"runtimeCgroups,omitempty"`
+	SystemCgroups  string `json:"systemCgroups,omitempty"`
 
 	// ImageGCHighThresholdPercent is the image filesystem usage at which
 	// the cri provider removes unused images, down to
@@ -711,6 +720,11 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	if !filepath.IsAbs(c.PodLogsDir) {
 		errs = append(errs, field.Invalid(field.NewPath("podLogsDir"), c.PodLogsDir, "must be an absolute path"))
+	}
+	for name, cg := range map[string]string{"runtimeCgroups": c.RuntimeCgroups, "systemCgroups": c.SystemCgroups} {
+		if cg != "" && (!filepath.IsAbs(cg) || cg == "/") {
+			errs = append(errs, field.Invalid(field.NewPath(name), cg, "must be an absolute cgroup path other than the root"))
+		}
 	}
 	if !filepath.IsAbs(c.RootDir) {
 		errs = append(errs, field.Invalid(field.NewPath("rootDir"), c.RootDir, "must be an absolute path"))

@@ -42,10 +42,11 @@ func TestValidateNamesEveryField(t *testing.T) {
 	c.EvictionHard = map[string]string{"memory.available": "lots"}
 	c.EvictionMaxPodGracePeriod = -1
 	c.ContentType = "application/yaml"
+	c.RuntimeCgroups, c.SystemCgroups = "runtime", "/"
 	errs := c.Validate()
 	msg := errs.ToAggregate().Error()
 	for _, field := range []string{"nodeName", "nodeLeaseDurationSeconds", "pingInterval", "port", "shard", "provider", "sim.podCIDR",
-		"evictionHard[memory.available]", "evictionMaxPodGracePeriod", "contentType"} {
+		"evictionHard[memory.available]", "evictionMaxPodGracePeriod", "contentType", "runtimeCgroups", "systemCgroups"} {
 		if !strings.Contains(msg, field) {
 			t.Errorf("validation errors do not name %s: %s", field, msg)
 		}

@@ -26,6 +26,7 @@ func (c *Config) KubeletConfiguration() *kubeletv1beta1.KubeletConfiguration {
 		EnableServer:       ptr.To(c.ServerEnabled()),
 		StaticPodPath:      c.StaticPodPath,
 		PodLogsDir:         c.PodLogsDir,
+		SystemCgroups:      c.SystemCgroups,
 		FileCheckFrequency: c.FileCheckFrequency,
 		HTTPCheckFrequency: c.HTTPCheckFrequency,
 		StaticPodURL:       c.StaticPodURL,

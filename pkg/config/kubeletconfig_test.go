@@ -27,6 +27,7 @@ func TestKubeletConfiguration(t *testing.T) {
 	c.FileCheckFrequency = metav1.Duration{Duration: 30 * time.Second}
 	c.ClusterDNS = []string{"10.96.0.10"}
 	c.PodLogsDir = "/var/log/pods"
+	c.SystemCgroups = "/system"
 	c.KubeReserved = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
 	c.EvictionHard = map[string]string{"memory.available": "100Mi"}
 	c.ShutdownGracePeriodByPodPriority = []ShutdownGracePeriodByPodPriority{{Priority: 10, ShutdownGracePeriodSeconds: 30}}
@@ -54,6 +55,7 @@ func TestKubeletConfiguration(t *testing.T) {
 		{"clusterDNS", k.ClusterDNS, []string{"10.96.0.10"}},
 		{"clusterDomain", k.ClusterDomain, "cluster.local"},
 		{"podLogsDir", k.PodLogsDir, "/var/log/pods"},
+		{"systemCgroups", k.SystemCgroups, "/system"},
 		{"kubeReserved", k.KubeReserved, map[string]string{"cpu": "100m"}},
 		{"evictionHard", k.EvictionHard, map[string]string{"memory.available": "100Mi"}},
 		{"imageGCHighThresholdPercent", k.ImageGCHighThresholdPercent, ptr.To[int32](85)},

@@ -208,6 +208,22 @@ type ContainerCgroup struct {
 	// WritableLayerBytes is what the container wrote to its writable
 	// layer, when the runtime says.
 	WritableLayerBytes *uint64
+	// FsDevice is the block device ("major:minor") its writable layer is
+	// on, when known: the container's block I/O there is reported, as
+	// zero until the cgroup has done some.
+	FsDevice string
+}
+
+// SandboxContainer is the name ContainerCgroup gives a pod's sandbox, as
+// cAdvisor names it.
+const SandboxContainer = "POD"
+
+// ImageFsStatsProvider is implemented by providers whose runtime keeps
+// images on the node's disks: the summary reports the filesystems it keeps
+// them and the containers' writable layers on (the same one for a runtime
+// that does not split them), with what the runtime uses of each.
+type ImageFsStatsProvider interface {
+	ImageFsStats(ctx context.Context) (imageFs, containerFs *statsv1alpha1.FsStats, err error)
 }
 
 // NodeStatsProvider is implemented by providers that describe the node's

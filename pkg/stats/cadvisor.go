@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -68,7 +69,12 @@ var cadvisorMetrics = struct {
 	memMappedFile, memSwap, memFailcnt, memFailures, oomEvents cadvisorMetric
 	memLimit, memReservation, memSwapLimit                     cadvisorMetric
 	blkioUsage, fsReadsBytes, fsWritesBytes, fsReads, fsWrites cadvisorMetric
-	fsUsage                                                    cadvisorMetric
+	fsUsage, fsLimit, fsInodesFree, fsInodes                   cadvisorMetric
+	fsReadsMerged, fsSectorReads, fsReadSeconds                cadvisorMetric
+	fsWritesMerged, fsSectorWrites, fsWriteSeconds             cadvisorMetric
+	fsIOCurrent, fsIOTime, fsIOTimeWeighted                    cadvisorMetric
+	netRxBytes, netRxPackets, netRxDropped, netRxErrors        cadvisorMetric
+	netTxBytes, netTxPackets, netTxDropped, netTxErrors        cadvisorMetric
 	processes, threads, threadsMax, fds, sockets, ulimitsSoft  cadvisorMetric
 	lastSeen, startTime                                        cadvisorMetric
 }{
@@ -97,14 +103,37 @@ var cadvisorMetrics = struct {
 	fsReads:        metric("container_fs_reads_total", "Cumulative count of reads completed", true, "device"),
 	fsWrites:       metric("container_fs_writes_total", "Cumulative count of writes completed", true, "device"),
 	fsUsage:        metric("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", false, "device"),
-	processes:      metric("container_processes", "Number of processes running inside the container.", false),
-	threads:        metric("container_threads", "Number of threads running inside the container", false),
-	threadsMax:     metric("container_threads_max", "Maximum number of threads allowed inside the container, infinity if value is zero", false),
-	fds:            metric("container_file_descriptors", "Number of open file descriptors for the container.", false),
-	sockets:        metric("container_sockets", "Number of open sockets for the container.", false),
-	ulimitsSoft:    metric("container_ulimits_soft", "Soft ulimit values for the container root process. Unlimited if -1, except priority and nice", false, "ulimit"),
-	lastSeen:       metric("container_last_seen", "Last time a container was seen by the exporter", false),
-	startTime:      metric("container_start_time_seconds", "Start time of the container since unix epoch in seconds.", false),
+	// The device's own figures (statfs and /proc/diskstats), which
+	// cAdvisor reports for the root container.
+	fsLimit:          metric("container_fs_limit_bytes", "Size of the filesystem on the device, in bytes.", false, "device"),
+	fsInodesFree:     metric("container_fs_inodes_free", "Inodes left free on the filesystem.", false, "device"),
+	fsInodes:         metric("container_fs_inodes_total", "Inodes the filesystem has.", false, "device"),
+	fsReadsMerged:    metric("container_fs_reads_merged_total", "Reads the device merged with adjacent ones.", true, "device"),
+	fsSectorReads:    metric("container_fs_sector_reads_total", "Sectors the device completed reading.", true, "device"),
+	fsReadSeconds:    metric("container_fs_read_seconds_total", "Seconds the device spent reading.", true, "device"),
+	fsWritesMerged:   metric("container_fs_writes_merged_total", "Writes the device merged with adjacent ones.", true, "device"),
+	fsSectorWrites:   metric("container_fs_sector_writes_total", "Sectors the device completed writing.", true, "device"),
+	fsWriteSeconds:   metric("container_fs_write_seconds_total", "Seconds the device spent writing.", true, "device"),
+	fsIOCurrent:      metric("container_fs_io_current", "I/Os in progress on the device.", false, "device"),
+	fsIOTime:         metric("container_fs_io_time_seconds_total", "Seconds the device spent doing I/O.", true, "device"),
+	fsIOTimeWeighted: metric("container_fs_io_time_weighted_seconds_total", "Seconds the device spent doing I/O, weighted by the I/Os in progress.", true, "device"),
+	// A pod's network, reported for its sandbox (container "POD").
+	netRxBytes:   metric("container_network_receive_bytes_total", "Bytes received on the interface.", true, "interface"),
+	netRxPackets: metric("container_network_receive_packets_total", "Packets received on the interface.", true, "interface"),
+	netRxDropped: metric("container_network_receive_packets_dropped_total", "Received packets the interface dropped.", true, "interface"),
+	netRxErrors:  metric("container_network_receive_errors_total", "Errors receiving on the interface.", true, "interface"),
+	netTxBytes:   metric("container_network_transmit_bytes_total", "Bytes sent on the interface.", true, "interface"),
+	netTxPackets: metric("container_network_transmit_packets_total", "Packets sent on the interface.", true, "interface"),
+	netTxDropped: metric("container_network_transmit_packets_dropped_total", "Packets to send the interface dropped.", true, "interface"),
+	netTxErrors:  metric("container_network_transmit_errors_total", "Errors sending on the interface.", true, "interface"),
+	processes:    metric("container_processes", "Number of processes running inside the container.", false),
+	threads:      metric("container_threads", "Number of threads running inside the container", false),
+	threadsMax:   metric("container_threads_max", "Maximum number of threads allowed inside the container, infinity if value is zero", false),
+	fds:          metric("container_file_descriptors", "Number of open file descriptors for the container.", false),
+	sockets:      metric("container_sockets", "Number of open sockets for the container.", false),
+	ulimitsSoft:  metric("container_ulimits_soft", "Soft ulimit values for the container root process. Unlimited if -1, except priority and nice", false, "ulimit"),
+	lastSeen:     metric("container_last_seen", "Last time a container was seen by the exporter", false),
+	startTime:    metric("container_start_time_seconds", "Start time of the container since unix epoch in seconds.", false),
 }
 
 // cadvisorCollector collects the metrics of the listed containers once.
@@ -125,18 +154,57 @@ func (c *cadvisorCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	now := c.opts.Clock.Now()
+	disks, err := readDiskstats(filepath.Join(c.opts.ProcRoot, "diskstats"))
+	if err != nil {
+		klog.FromContext(c.ctx).V(4).Info("Leaving the block devices' figures out of /metrics/cadvisor", "err", err)
+	}
+	c.collectRoot(ch, disks, now)
 	for _, ct := range containers {
-		c.collect(ch, ct, now)
+		c.collect(ch, ct, disks, now)
 	}
 }
 
-// unlimited is where a cgroup v1 limit means none (the kernel rounds
-// PAGE_COUNTER_MAX to pages); cAdvisor reports no limit as 0.
-const unlimited = uint64(1) << 62
+// collectRoot reports the root container ("/") as cAdvisor does for the
+// kubelet: for each filesystem on a block device, its size and inodes
+// (statfs of where it is mounted) and the device's I/O (/proc/diskstats).
+// These are the device's figures, not any one container's: cAdvisor
+// reports them for containerd's containers nowhere else.
+func (c *cadvisorCollector) collectRoot(ch chan<- prometheus.Metric, disks map[string]diskStats, now time.Time) {
+	filesystems, err := blockFilesystems(filepath.Join(c.opts.ProcRoot, "self", "mountinfo"))
+	if err != nil {
+		klog.FromContext(c.ctx).V(4).Info("Leaving the filesystems out of /metrics/cadvisor", "err", err)
+		return
+	}
+	emit := c.emitter(ch, []string{"", "/", "", "", "", ""}, now)
+	cm := &cadvisorMetrics
+	for _, fs := range filesystems {
+		if st, err := statfs(fs.mountpoint, metav1.NewTime(now)); err == nil {
+			emit(cm.fsLimit, float64(*st.CapacityBytes), fs.device)
+			emit(cm.fsUsage, float64(*st.UsedBytes), fs.device)
+			emit(cm.fsInodes, float64(*st.Inodes), fs.device)
+			emit(cm.fsInodesFree, float64(*st.InodesFree), fs.device)
+		}
+		d, ok := disks[fs.majorMinor]
+		if !ok {
+			continue
+		}
+		emit(cm.fsReads, float64(d.reads), fs.device)
+		emit(cm.fsReadsMerged, float64(d.readsMerged), fs.device)
+		emit(cm.fsSectorReads, float64(d.sectorsRead), fs.device)
+		emit(cm.fsReadSeconds, float64(d.readMillis)/1e3, fs.device)
+		emit(cm.fsWrites, float64(d.writes), fs.device)
+		emit(cm.fsWritesMerged, float64(d.writesMerged), fs.device)
+		emit(cm.fsSectorWrites, float64(d.sectorsWritten), fs.device)
+		emit(cm.fsWriteSeconds, float64(d.writeMillis)/1e3, fs.device)
+		emit(cm.fsIOCurrent, float64(d.inProgress), fs.device)
+		emit(cm.fsIOTime, float64(d.ioMillis)/1e3, fs.device)
+		emit(cm.fsIOTimeWeighted, float64(d.weightedIOMillis)/1e3, fs.device)
+	}
+}
 
-func (c *cadvisorCollector) collect(ch chan<- prometheus.Metric, ct provider.ContainerCgroup, now time.Time) {
-	labels := []string{ct.Container, ct.Cgroup, ct.Image, ct.ID, ct.Namespace, ct.Pod}
-	emit := func(m cadvisorMetric, v float64, extra ...string) {
+// emitter sends one container's samples, stamped with now.
+func (c *cadvisorCollector) emitter(ch chan<- prometheus.Metric, labels []string, now time.Time) func(cadvisorMetric, float64, ...string) {
+	return func(m cadvisorMetric, v float64, extra ...string) {
 		t := prometheus.GaugeValue
 		if m.counter {
 			t = prometheus.CounterValue
@@ -146,6 +214,14 @@ func (c *cadvisorCollector) collect(ch chan<- prometheus.Metric, ct provider.Con
 			ch <- prometheus.NewMetricWithTimestamp(now, metric)
 		}
 	}
+}
+
+// unlimited is where a cgroup v1 limit means none (the kernel rounds
+// PAGE_COUNTER_MAX to pages); cAdvisor reports no limit as 0.
+const unlimited = uint64(1) << 62
+
+func (c *cadvisorCollector) collect(ch chan<- prometheus.Metric, ct provider.ContainerCgroup, disks map[string]diskStats, now time.Time) {
+	emit := c.emitter(ch, []string{ct.Container, ct.Cgroup, ct.Image, ct.ID, ct.Namespace, ct.Pod}, now)
 	cm := &cadvisorMetrics
 	emit(cm.lastSeen, float64(now.Unix()))
 	if !ct.StartTime.IsZero() {
@@ -155,12 +231,64 @@ func (c *cadvisorCollector) collect(ch chan<- prometheus.Metric, ct provider.Con
 		emit(cm.fsUsage, float64(*ct.WritableLayerBytes), "")
 	}
 	g := c.cgroup(ct.Cgroup)
+	var io map[string]blockIO
 	if g.v2 {
-		c.collectV2(emit, g)
+		io = c.collectV2(emit, g)
 	} else {
-		c.collectV1(emit, g)
+		io = c.collectV1(emit, g)
 	}
-	c.collectProcesses(emit, g)
+	if io != nil && ct.FsDevice != "" {
+		// The cgroup counts no I/O to a device until it has done some: the
+		// device its filesystem is on has done none, rather than no figure.
+		if _, ok := io[ct.FsDevice]; !ok {
+			io[ct.FsDevice] = blockIO{}
+		}
+	}
+	for dev, b := range io {
+		device := "/dev/block/" + dev
+		if d, ok := disks[dev]; ok {
+			device = "/dev/" + d.name
+		}
+		major, minor, _ := strings.Cut(dev, ":")
+		emit(cm.blkioUsage, float64(b.readBytes), device, major, minor, "Read")
+		emit(cm.blkioUsage, float64(b.writeBytes), device, major, minor, "Write")
+		emit(cm.fsReadsBytes, float64(b.readBytes), device)
+		emit(cm.fsWritesBytes, float64(b.writeBytes), device)
+		emit(cm.fsReads, float64(b.reads), device)
+		emit(cm.fsWrites, float64(b.writes), device)
+	}
+	pids := c.collectProcesses(emit, g)
+	if ct.Container == provider.SandboxContainer && len(pids) > 0 {
+		c.collectNetwork(emit, pids[0])
+	}
+}
+
+// blockIO is what a cgroup did to one block device.
+type blockIO struct {
+	readBytes, writeBytes, reads, writes uint64
+}
+
+// collectNetwork reports the interfaces of the network namespace process
+// pid is in, less the loopback: a pod's, read through its sandbox.
+func (c *cadvisorCollector) collectNetwork(emit func(cadvisorMetric, float64, ...string), pid string) {
+	ifaces, err := readNetCounters(filepath.Join(c.opts.ProcRoot, pid, "net", "dev"))
+	if err != nil {
+		return
+	}
+	cm := &cadvisorMetrics
+	for _, i := range ifaces {
+		if i.name == "lo" {
+			continue
+		}
+		emit(cm.netRxBytes, float64(i.rxBytes), i.name)
+		emit(cm.netRxPackets, float64(i.rxPackets), i.name)
+		emit(cm.netRxDropped, float64(i.rxDrops), i.name)
+		emit(cm.netRxErrors, float64(i.rxErrors), i.name)
+		emit(cm.netTxBytes, float64(i.txBytes), i.name)
+		emit(cm.netTxPackets, float64(i.txPackets), i.name)
+		emit(cm.netTxDropped, float64(i.txDrops), i.name)
+		emit(cm.netTxErrors, float64(i.txErrors), i.name)
+	}
 }
 
 // cgroupDirs are a container's cgroup directories: the one of cgroup v2,
@@ -181,7 +309,9 @@ func (c *cadvisorCollector) cgroup(path string) cgroupDirs {
 	return cgroupDirs{cpu: at("cpu"), cpuacct: at("cpuacct"), mem: at("memory"), blkio: at("blkio"), pids: at("pids")}
 }
 
-func (c *cadvisorCollector) collectV1(emit func(cadvisorMetric, float64, ...string), g cgroupDirs) {
+// collectV1 reports a cgroup v1 container's CPU and memory, and returns
+// its block I/O by device (nil when its blkio cgroup cannot be read).
+func (c *cadvisorCollector) collectV1(emit func(cadvisorMetric, float64, ...string), g cgroupDirs) map[string]blockIO {
 	cm := &cadvisorMetrics
 	if v, err := readUint(filepath.Join(g.cpuacct, "cpuacct.usage")); err == nil {
 		emit(cm.cpuUsage, float64(v)/1e9, "total")
@@ -235,22 +365,21 @@ func (c *cadvisorCollector) collectV1(emit func(cadvisorMetric, float64, ...stri
 	emit(cm.memReservation, limit("memory.soft_limit_in_bytes"))
 	emit(cm.memSwapLimit, limit("memory.memsw.limit_in_bytes"))
 
-	bytes := readBlkio(filepath.Join(g.blkio, "blkio.throttle.io_service_bytes_recursive"))
-	ops := readBlkio(filepath.Join(g.blkio, "blkio.throttle.io_serviced_recursive"))
-	for dev, b := range bytes {
-		device := "/dev/block/" + dev
-		major, minor, _ := strings.Cut(dev, ":")
-		for _, op := range []string{"Read", "Write"} {
-			emit(cm.blkioUsage, float64(b[op]), device, major, minor, op)
-		}
-		emit(cm.fsReadsBytes, float64(b["Read"]), device)
-		emit(cm.fsWritesBytes, float64(b["Write"]), device)
-		emit(cm.fsReads, float64(ops[dev]["Read"]), device)
-		emit(cm.fsWrites, float64(ops[dev]["Write"]), device)
+	bytes, err := readBlkio(filepath.Join(g.blkio, "blkio.throttle.io_service_bytes_recursive"))
+	if err != nil {
+		return nil
 	}
+	ops, _ := readBlkio(filepath.Join(g.blkio, "blkio.throttle.io_serviced_recursive"))
+	io := map[string]blockIO{}
+	for dev, b := range bytes {
+		io[dev] = blockIO{readBytes: b["Read"], writeBytes: b["Write"], reads: ops[dev]["Read"], writes: ops[dev]["Write"]}
+	}
+	return io
 }
 
-func (c *cadvisorCollector) collectV2(emit func(cadvisorMetric, float64, ...string), g cgroupDirs) {
+// collectV2 reports a cgroup v2 container's CPU and memory, and returns
+// its block I/O by device (nil when its io.stat cannot be read).
+func (c *cadvisorCollector) collectV2(emit func(cadvisorMetric, float64, ...string), g cgroupDirs) map[string]blockIO {
 	cm := &cadvisorMetrics
 	if cpu := keyValues(filepath.Join(g.unified, "cpu.stat")); cpu != nil {
 		emit(cm.cpuUsage, float64(cpu["usage_usec"])/1e6, "total")
@@ -302,33 +431,31 @@ func (c *cadvisorCollector) collectV2(emit func(cadvisorMetric, float64, ...stri
 	emit(cm.memLimit, limit("memory.max"))
 	emit(cm.memReservation, limit("memory.low"))
 	emit(cm.memSwapLimit, limit("memory.swap.max"))
-	if data, err := os.ReadFile(filepath.Join(g.unified, "io.stat")); err == nil {
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 2 {
-				continue
-			}
-			kv := map[string]uint64{}
-			for _, p := range f[1:] {
-				if k, v, ok := strings.Cut(p, "="); ok {
-					kv[k], _ = strconv.ParseUint(v, 10, 64)
-				}
-			}
-			device := "/dev/block/" + f[0]
-			major, minor, _ := strings.Cut(f[0], ":")
-			emit(cm.blkioUsage, float64(kv["rbytes"]), device, major, minor, "Read")
-			emit(cm.blkioUsage, float64(kv["wbytes"]), device, major, minor, "Write")
-			emit(cm.fsReadsBytes, float64(kv["rbytes"]), device)
-			emit(cm.fsWritesBytes, float64(kv["wbytes"]), device)
-			emit(cm.fsReads, float64(kv["rios"]), device)
-			emit(cm.fsWrites, float64(kv["wios"]), device)
-		}
+	data, err := os.ReadFile(filepath.Join(g.unified, "io.stat"))
+	if err != nil {
+		return nil
 	}
+	io := map[string]blockIO{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kv := map[string]uint64{}
+		for _, p := range f[1:] {
+			if k, v, ok := strings.Cut(p, "="); ok {
+				kv[k], _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+		io[f[0]] = blockIO{readBytes: kv["rbytes"], writeBytes: kv["wbytes"], reads: kv["rios"], writes: kv["wios"]}
+	}
+	return io
 }
 
 // collectProcesses counts the container's processes, threads, open files
-// and sockets, and its first process's soft limit of open files.
-func (c *cadvisorCollector) collectProcesses(emit func(cadvisorMetric, float64, ...string), g cgroupDirs) {
+// and sockets, and its first process's soft limit of open files; it
+// returns the processes.
+func (c *cadvisorCollector) collectProcesses(emit func(cadvisorMetric, float64, ...string), g cgroupDirs) []string {
 	cm := &cadvisorMetrics
 	dir := g.unified
 	if !g.v2 {
@@ -361,6 +488,7 @@ func (c *cadvisorCollector) collectProcesses(emit func(cadvisorMetric, float64, 
 			emit(cm.ulimitsSoft, float64(soft), "max_open_files")
 		}
 	}
+	return pids
 }
 
 // softOpenFiles reads the soft limit of open files from a limits file.
@@ -408,11 +536,11 @@ func keyValues(path string) map[string]uint64 {
 
 // readBlkio reads a cgroup v1 blkio file: "major:minor Operation value"
 // lines, by device and operation.
-func readBlkio(path string) map[string]map[string]uint64 {
+func readBlkio(path string) (map[string]map[string]uint64, error) {
 	out := map[string]map[string]uint64{}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return out
+		return out, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
@@ -428,5 +556,5 @@ func readBlkio(path string) map[string]map[string]uint64 {
 		}
 		out[f[0]][f[1]] = v
 	}
-	return out
+	return out, nil
 }

@@ -164,3 +164,62 @@ func TestCadvisorMetricsCgroupV2(t *testing.T) {
 		`container_processes{`+testLabels+`} 0`,
 	)
 }
+
+// The block devices' figures go to the root container, named by their
+// device nodes; a container's I/O to its filesystem's device is reported
+// as zero before it has done any; a pod's network is its sandbox's.
+func TestCadvisorDevicesAndNetwork(t *testing.T) {
+	root, proc, mnt := t.TempDir(), t.TempDir(), t.TempDir()
+	cg := "kubepods/besteffort/poduid-1/c1"
+	sandbox := "kubepods/besteffort/poduid-1/sb1"
+	writeFiles(t, root, map[string]string{
+		"blkio/" + cg + "/blkio.throttle.io_service_bytes_recursive":      "8:0 Read 4096\n8:0 Write 0\n8:0 Total 4096\nTotal 4096\n",
+		"blkio/" + cg + "/blkio.throttle.io_serviced_recursive":           "8:0 Read 1\n8:0 Write 0\n8:0 Total 1\nTotal 1\n",
+		"blkio/" + sandbox + "/blkio.throttle.io_service_bytes_recursive": "Total 0\n",
+		"pids/" + sandbox + "/cgroup.procs":                               "77\n",
+	})
+	writeFiles(t, proc, map[string]string{
+		"diskstats": "   8       0 sda 10 1 80 5 20 2 160 7 0 9 12\n" +
+			" 254       0 vda 3557377 293356 201451426 2618572 2496328 1415033 206223496 1770039 3 501752 4548014 895847 83 209744816 94373 347763 65028\n",
+		"self/mountinfo": "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n" +
+			"27 1 254:0 / " + mnt + " rw,relatime - ext4 /dev/vda rw\n" +
+			"28 1 254:0 /etc " + mnt + "/etc rw,relatime - ext4 /dev/vda rw\n",
+		"77/net/dev": `Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:  5000      50    0    0    0     0          0         0     5000      50    0    0    0     0       0          0
+  eth0:  1234      10    1    2    0     0          0         0      567      7    3    4    0     0       0          0
+`,
+	})
+	body := scrapeCadvisor(t, root, proc, []provider.ContainerCgroup{
+		{Namespace: "ns", Pod: "p1", Container: "POD", ID: "sb1", Cgroup: "/" + sandbox},
+		{Namespace: "ns", Pod: "p1", Container: "app", ID: "c1", Image: "busybox:1.37", Cgroup: "/" + cg, FsDevice: "254:0"},
+	})
+	rootLabels := `container="",device="/dev/vda",id="/",image="",name="",namespace="",pod=""`
+	podLabels := `container="POD",id="/` + sandbox + `",image="",interface="eth0",name="sb1",namespace="ns",pod="p1"`
+	expectLines(t, body,
+		`container_fs_sector_reads_total{`+rootLabels+`} 2.01451426e+08`,
+		`container_fs_io_current{`+rootLabels+`} 3`,
+		`container_fs_read_seconds_total{`+rootLabels+`} 2618.572`,
+		`container_fs_io_time_weighted_seconds_total{`+rootLabels+`} 4548.014`,
+		`container_fs_inodes_total{`+rootLabels+`} `,
+		`container_fs_inodes_free{`+rootLabels+`} `,
+		`container_fs_limit_bytes{`+rootLabels+`} `,
+		`container_fs_reads_bytes_total{`+withLabels(`device="/dev/sda"`)+`} 4096`,
+		`container_blkio_device_usage_total{`+withLabels(`device="/dev/vda"`, `major="254"`, `minor="0"`, `operation="Read"`)+`} 0`,
+		`container_fs_writes_total{`+withLabels(`device="/dev/vda"`)+`} 0`,
+		`container_network_receive_bytes_total{`+podLabels+`} 1234`,
+		`container_network_receive_packets_dropped_total{`+podLabels+`} 2`,
+		`container_network_transmit_packets_total{`+podLabels+`} 7`,
+		`container_network_transmit_errors_total{`+podLabels+`} 3`,
+	)
+	for _, unwanted := range []string{`interface="lo"`, `device="tmpfs"`, `sda",id="/"`} {
+		if strings.Contains(body, unwanted) {
+			t.Errorf("metrics have %s", unwanted)
+		}
+	}
+	// The sandbox did no I/O and has no filesystem device of its own: no
+	// block device lines at all.
+	if strings.Contains(body, `container_fs_reads_total{container="POD"`) {
+		t.Errorf("the sandbox reports block I/O it did not do")
+	}
+}

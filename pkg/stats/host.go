@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"sync"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +43,24 @@ type HostOptions struct {
 	// Clock stamps the samples and times the CPU rate (default the real
 	// clock).
 	Clock clock.PassiveClock
+	// SystemContainers are the node's system containers, reported with
+	// the node (the kubelet's kubelet, runtime, pods and misc). One that
+	// cannot be read is left out, as the kubelet leaves it.
+	SystemContainers []SystemContainer
+}
+
+// SystemContainer is one of the node's system containers: a cgroup named
+// by its path, or the cgroups a process runs in.
+type SystemContainer struct {
+	// Name is the summary's name for it (statsv1alpha1.SystemContainerKubelet, …).
+	Name string
+	// Cgroup is its path in every hierarchy; when empty, PID names the
+	// process whose cgroups it is.
+	Cgroup string
+	PID    int
+	// StartTime, when set, is reported instead of the cgroup's creation
+	// (the agent's own start, as the kubelet reports its own).
+	StartTime time.Time
 }
 
 // minRateInterval is the shortest interval the CPU rate is measured over:
@@ -53,16 +71,10 @@ const minRateInterval = time.Second
 // Host collects the figures of the machine the agent runs on. It is safe
 // for concurrent use.
 type Host struct {
-	opts HostOptions
+	opts    HostOptions
+	cgroups CgroupFS
 
-	mu      sync.Mutex
-	lastCPU *cpuSample // the sample the next rate is measured from
-	rate    *uint64    // nanocores over the last interval measured
-}
-
-type cpuSample struct {
-	at    time.Time
-	usage uint64 // cumulative core-nanoseconds
+	rates CPURates // of the node ("") and the system containers (by name)
 }
 
 // NewHost returns a collector of the host's figures; it reads nothing yet.
@@ -79,7 +91,7 @@ func NewHost(opts HostOptions) *Host {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Host{opts: opts}
+	return &Host{opts: opts, cgroups: CgroupFS{Root: opts.CgroupRoot}}
 }
 
 // NodeStats samples the host as the node named nodeName. CPU, memory and
@@ -121,12 +133,90 @@ func (h *Host) NodeStats(ctx context.Context, nodeName string) (statsv1alpha1.No
 		// otherwise, as the kubelet assumes for runtimes that do not split.
 		node.Runtime = &statsv1alpha1.RuntimeStats{ImageFs: imageFs, ContainerFs: imageFs}
 	}
+	h.addPressure(&node, ts)
+	node.SystemContainers = h.systemContainers(ctx, now)
 	if network, err := h.networkStats(ts); err != nil {
 		logger.V(4).Info("Leaving the node's network out of its stats", "err", err)
 	} else {
 		node.Network = network
 	}
 	return node, nil
+}
+
+// addPressure adds the machine's pressure stalls (/proc/pressure, what
+// the kernel counts for every task) to the node's CPU and memory, and as
+// its I/O; a kernel without PSI (or booted with psi=0) reports none.
+func (h *Host) addPressure(node *statsv1alpha1.NodeStats, ts metav1.Time) {
+	read := func(resource string) *statsv1alpha1.PSIStats {
+		psi, err := ReadPSI(filepath.Join(h.opts.ProcRoot, "pressure", resource))
+		if err != nil {
+			return nil
+		}
+		return psi
+	}
+	node.CPU.PSI, node.Memory.PSI = read("cpu"), read("memory")
+	if io := read("io"); io != nil {
+		node.IO = &statsv1alpha1.IOStats{Time: ts, PSI: io}
+	}
+}
+
+// systemContainers samples the configured system containers. One that
+// cannot be read (not made yet, a process in the root cgroup, whose
+// figures would be the node's) is logged and left out.
+func (h *Host) systemContainers(ctx context.Context, now time.Time) []statsv1alpha1.ContainerStats {
+	logger := klog.FromContext(ctx)
+	var out []statsv1alpha1.ContainerStats
+	for _, sc := range h.opts.SystemContainers {
+		s, err := h.systemContainer(sc, now)
+		if err != nil {
+			logger.V(4).Info("Leaving a system container out of the node's stats", "container", sc.Name, "err", err)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+var errRootCgroup = errors.New("in the root cgroup, whose figures are the node's")
+
+func (h *Host) systemContainer(sc SystemContainer, now time.Time) (statsv1alpha1.ContainerStats, error) {
+	paths := Named(sc.Cgroup)
+	if sc.Cgroup == "" {
+		var err error
+		paths, err = ProcessCgroups(filepath.Join(h.opts.ProcRoot, strconv.Itoa(sc.PID), "cgroup"))
+		if err != nil {
+			return statsv1alpha1.ContainerStats{}, err
+		}
+		// As the kubelet finds its own: one cgroup that accounts both
+		// CPU and memory, and not the root, which accounts everything.
+		if paths.CPU != paths.Memory {
+			return statsv1alpha1.ContainerStats{}, fmt.Errorf("CPU accounted in cgroup %s but memory in %s", paths.CPU, paths.Memory)
+		}
+	}
+	if paths.CPU == "/" || paths.Memory == "/" {
+		return statsv1alpha1.ContainerStats{}, errRootCgroup
+	}
+	ts := metav1.NewTime(now)
+	s, err := h.cgroups.read(paths, ts)
+	if err != nil {
+		return statsv1alpha1.ContainerStats{}, err
+	}
+	start := s.created
+	if !sc.StartTime.IsZero() {
+		start = sc.StartTime
+	}
+	usage := s.cpuUsage
+	cpu := &statsv1alpha1.CPUStats{Time: ts, UsageCoreNanoSeconds: &usage, PSI: s.cpuPSI}
+	if rate, ok := h.rates.Rate(sc.Name, now, usage); ok {
+		cpu.UsageNanoCores = &rate
+	}
+	return statsv1alpha1.ContainerStats{
+		Name:      sc.Name,
+		StartTime: metav1.NewTime(start),
+		CPU:       cpu,
+		Memory:    s.memory,
+		IO:        s.io,
+	}, nil
 }
 
 // cpuStats returns the CPU usage and the boot time. The usage is the root
@@ -148,41 +238,10 @@ func (h *Host) cpuStats(now time.Time) (*statsv1alpha1.CPUStats, time.Time, erro
 	}
 
 	cpu := &statsv1alpha1.CPUStats{Time: metav1.NewTime(now), UsageCoreNanoSeconds: &usage}
-	if rate, ok := h.cpuRate(cpuSample{at: now, usage: usage}); ok {
+	if rate, ok := h.rates.Rate("", now, usage); ok {
 		cpu.UsageNanoCores = &rate
 	}
 	return cpu, bootTime, nil
-}
-
-// cpuRate returns the CPU rate in nanocores between the kept sample and s,
-// and keeps s for the next call, unless s comes too soon after it.
-func (h *Host) cpuRate(s cpuSample) (uint64, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.lastCPU == nil {
-		h.lastCPU = &s
-		return 0, false
-	}
-	elapsed := s.at.Sub(h.lastCPU.at)
-	if elapsed < minRateInterval {
-		if h.rate == nil {
-			return 0, false
-		}
-		return *h.rate, true
-	}
-	if s.usage < h.lastCPU.usage {
-		// The counter went back (another source, a reset): no rate can be
-		// told from this interval.
-		h.rate = nil
-	} else {
-		rate := uint64(float64(s.usage-h.lastCPU.usage) / elapsed.Seconds())
-		h.rate = &rate
-	}
-	h.lastCPU = &s
-	if h.rate == nil {
-		return 0, false
-	}
-	return *h.rate, true
 }
 
 // memoryStats returns the memory and swap figures. With cgroup v2 they are

@@ -127,15 +127,22 @@ func readTaskCount(path string) (int64, error) {
 	return n, nil
 }
 
-// readNetDev returns the byte and error counters of every interface in
-// /proc/net/dev.
-func readNetDev(path string) ([]statsv1alpha1.InterfaceStats, error) {
+// netCounters are one interface's counters in /proc/net/dev.
+type netCounters struct {
+	name                                  string
+	rxBytes, rxPackets, rxErrors, rxDrops uint64
+	txBytes, txPackets, txErrors, txDrops uint64
+}
+
+// readNetCounters returns the counters of every interface in a
+// /proc/<pid>/net/dev.
+func readNetCounters(path string) ([]netCounters, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var ifaces []statsv1alpha1.InterfaceStats
+	var out []netCounters
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		name, counters, ok := strings.Cut(sc.Text(), ":")
@@ -148,19 +155,38 @@ func readNetDev(path string) ([]statsv1alpha1.InterfaceStats, error) {
 		if len(fields) < 16 {
 			return nil, fmt.Errorf("%s: short line for %s", path, strings.TrimSpace(name))
 		}
-		var v [4]uint64
-		for i, col := range []int{0, 2, 8, 10} {
-			if v[i], err = strconv.ParseUint(fields[col], 10, 64); err != nil {
-				return nil, fmt.Errorf("%s: %s: %w", path, strings.TrimSpace(name), err)
+		c := netCounters{name: strings.TrimSpace(name)}
+		for i, dst := range []*uint64{&c.rxBytes, &c.rxPackets, &c.rxErrors, &c.rxDrops} {
+			if *dst, err = strconv.ParseUint(fields[i], 10, 64); err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", path, c.name, err)
 			}
 		}
-		ifaces = append(ifaces, statsv1alpha1.InterfaceStats{
-			Name:    strings.TrimSpace(name),
-			RxBytes: &v[0], RxErrors: &v[1], TxBytes: &v[2], TxErrors: &v[3],
-		})
+		for i, dst := range []*uint64{&c.txBytes, &c.txPackets, &c.txErrors, &c.txDrops} {
+			if *dst, err = strconv.ParseUint(fields[8+i], 10, 64); err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", path, c.name, err)
+			}
+		}
+		out = append(out, c)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+// readNetDev returns the byte and error counters of every interface in
+// /proc/net/dev, as the summary reports them.
+func readNetDev(path string) ([]statsv1alpha1.InterfaceStats, error) {
+	counters, err := readNetCounters(path)
+	if err != nil {
+		return nil, err
+	}
+	ifaces := make([]statsv1alpha1.InterfaceStats, 0, len(counters))
+	for _, c := range counters {
+		ifaces = append(ifaces, statsv1alpha1.InterfaceStats{
+			Name:    c.name,
+			RxBytes: &c.rxBytes, RxErrors: &c.rxErrors, TxBytes: &c.txBytes, TxErrors: &c.txErrors,
+		})
 	}
 	return ifaces, nil
 }

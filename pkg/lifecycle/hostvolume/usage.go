@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -16,6 +17,28 @@ type VolumeUsage struct {
 	Bytes       uint64 // allocated blocks, as du counts them
 	Inodes      uint64
 	MemoryBased bool // medium Memory: on tmpfs, not the node's disk
+	// Fs is the filesystem the volume is on (the node's disk, or its own
+	// tmpfs), nil when it cannot be read.
+	Fs *FsCapacity
+}
+
+// FsCapacity is the size of a filesystem and what is left of it.
+type FsCapacity struct {
+	CapacityBytes, AvailableBytes, Inodes, InodesFree uint64
+}
+
+// fsCapacity reads the filesystem that holds dir.
+func fsCapacity(dir string) *FsCapacity {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil
+	}
+	// Block counts are in fragment units; older kernels leave it zero.
+	unit := uint64(st.Frsize)
+	if unit == 0 {
+		unit = uint64(st.Bsize)
+	}
+	return &FsCapacity{CapacityBytes: st.Blocks * unit, AvailableBytes: st.Bavail * unit, Inodes: st.Files, InodesFree: st.Ffree}
 }
 
 // Usage walks the pod's emptyDir volumes, as the kubelet measures them for
@@ -33,6 +56,7 @@ func (m *Manager) Usage(pod *corev1.Pod) []VolumeUsage {
 		u := VolumeUsage{Name: v.Name, MemoryBased: v.EmptyDir.Medium == corev1.StorageMediumMemory}
 		dir := filepath.Join(root, pluginEmptyDir, v.Name)
 		u.Bytes, u.Inodes = du(dir)
+		u.Fs = fsCapacity(dir)
 		out = append(out, u)
 	}
 	return out

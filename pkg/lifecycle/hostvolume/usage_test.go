@@ -29,7 +29,13 @@ func TestEmptyDirUsage(t *testing.T) {
 	if len(got) != 2 || got[0].Name != "scratch" || got[0].Bytes < 1<<20 || got[0].Inodes != 3 {
 		t.Fatalf("usage %+v, want scratch with at least 1 MiB in 3 inodes", got)
 	}
-	if got[1].Bytes != 0 || got[1].Inodes != 0 {
+	if got[1].Bytes != 0 || got[1].Inodes != 0 || got[1].Fs != nil {
 		t.Errorf("a volume not set up counts %+v, want nothing", got[1])
+	}
+	// The filesystem the volume is on, as the summary reports it beside
+	// the usage.
+	fs := got[0].Fs
+	if fs == nil || fs.CapacityBytes == 0 || fs.AvailableBytes > fs.CapacityBytes || fs.Inodes == 0 || fs.InodesFree > fs.Inodes {
+		t.Errorf("volume filesystem %+v, want the size of the one under %s", fs, root)
 	}
 }

@@ -170,3 +170,43 @@ func TestPodCgroupLimits(t *testing.T) {
 		}
 	}
 }
+
+// The pods' cgroup is limited to the node's allocatable memory, in the
+// memory hierarchy of cgroup v1 or in cgroup v2's.
+func TestLimitPodsMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		v2         bool
+		limit      int64
+		want       string // "" for no write
+	}{
+		{name: "cgroup v1", file: "memory/kubepods/memory.limit_in_bytes", limit: 1 << 30, want: "1073741824"},
+		{name: "cgroup v2", file: "kubepods/memory.max", v2: true, limit: 1 << 30, want: "1073741824"},
+		{name: "no allocatable memory known", file: "memory/kubepods/memory.limit_in_bytes", limit: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.v2 {
+				if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(root, tc.file)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := LimitPodsMemory(root, tc.limit); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(root, tc.file))
+			if tc.want == "" {
+				if err == nil {
+					t.Errorf("wrote %q, want nothing", got)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Errorf("%s = %q (%v), want %q", tc.file, got, err, tc.want)
+			}
+		})
+	}
+}

@@ -20,6 +20,10 @@ import (
 // kubelet's names (cAdvisor, the node e2e suite) find the pods there.
 const podsCgroup = "/kubepods"
 
+// PodsCgroup is the cgroup that holds every pod's: the node's system
+// container "pods".
+const PodsCgroup = podsCgroup
+
 // cgroupFS is where the cgroup hierarchies are mounted.
 const cgroupFS = "/sys/fs/cgroup"
 
@@ -52,6 +56,22 @@ func EnsureQOSCgroups() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// LimitPodsMemory bounds the memory of all pods together to the node's
+// allocatable memory, as the kubelet enforces node allocatable on its
+// kubepods cgroup (enforceNodeAllocatable "pods", its default): the
+// pods can then never take what is reserved for the system, and the
+// cgroup's memory left is what the node has left to give them.
+func LimitPodsMemory(cgroupRoot string, allocatable int64) error {
+	if allocatable <= 0 {
+		return nil
+	}
+	value := []byte(strconv.FormatInt(allocatable, 10))
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		return os.WriteFile(filepath.Join(cgroupRoot, podsCgroup, "memory.max"), value, 0o644)
+	}
+	return os.WriteFile(filepath.Join(cgroupRoot, "memory", podsCgroup, "memory.limit_in_bytes"), value, 0o644)
 }
 
 // ensureCgroup creates the cgroup dir of the hierarchy mounted at root. In

@@ -104,6 +104,8 @@ type Provider struct {
 	host    *hostnode.Host
 	runtime *criRuntime
 	imageGC *imageGC
+	// hostStats reads what the runtime's stats leave out from this host.
+	hostStats hostStats
 
 	mu       sync.Mutex
 	version  string // <runtime>://<version>
@@ -189,7 +191,8 @@ func New(parts lifecycle.Parts, opts Options) (*Provider, error) {
 		return nil, fmt.Errorf("cri provider: %w", err)
 	}
 	gc := newImageGC(opts.Clock, opts.ImageGCHighPercent, opts.ImageGCLowPercent, opts.ImageMinimumGCAge)
-	return &Provider{Manager: m, opts: opts, host: host, runtime: rt, imageGC: gc}, nil
+	return &Provider{Manager: m, opts: opts, host: host, runtime: rt, imageGC: gc,
+		hostStats: newHostStats(cgroupFS, "/proc")}, nil
 }
 
 // Run keeps the snapshot of the runtime current (relist and container
@@ -203,6 +206,10 @@ func (p *Provider) Run(ctx context.Context) error {
 	if err := shareRootDir(p.opts.RootDir); err != nil {
 		// Only containers whose mounts propagate need it: the others run.
 		klog.FromContext(ctx).Error(err, "Unable to make the root directory a shared mount")
+	}
+	allocatable := p.host.Allocatable()
+	if err := LimitPodsMemory(cgroupFS, allocatable.Memory().Value()); err != nil {
+		klog.FromContext(ctx).Error(err, "Unable to limit the pods' memory to the node's allocatable")
 	}
 	var wg sync.WaitGroup
 	if d := p.opts.Devices; d != nil {
