@@ -142,10 +142,18 @@ func runProvider(ctx context.Context, o options, provider string) (*report, erro
 // the end of each spec and may take a while to go.
 func (c *cluster) leftBehind(ctx context.Context) []string {
 	var left []string
-	_ = wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		left = c.listLeft(ctx)
 		return len(left) == 0, nil
 	})
+	if err != nil {
+		// The last look may have run out of the poll's time: look once
+		// more with time to answer, so that the report names what is
+		// left, not the deadline.
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		left = c.listLeft(lctx)
+	}
 	return left
 }
 
