@@ -1,13 +1,12 @@
 package hostvolume
 
 import (
-	"io/fs"
-	"os"
 	"path/filepath"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/pkg/stats"
 )
 
 // VolumeUsage is what one emptyDir volume of a pod takes on the node's
@@ -55,44 +54,9 @@ func (m *Manager) Usage(pod *corev1.Pod) []VolumeUsage {
 		}
 		u := VolumeUsage{Name: v.Name, MemoryBased: v.EmptyDir.Medium == corev1.StorageMediumMemory}
 		dir := filepath.Join(root, pluginEmptyDir, v.Name)
-		u.Bytes, u.Inodes = du(dir)
+		u.Bytes, u.Inodes = stats.DirUsage(dir)
 		u.Fs = fsCapacity(dir)
 		out = append(out, u)
 	}
 	return out
-}
-
-// du sums the blocks and counts the inodes under dir, staying on its
-// filesystem; what cannot be read is skipped.
-func du(dir string) (bytes, inodes uint64) {
-	top, err := os.Lstat(dir)
-	if err != nil {
-		return 0, 0
-	}
-	topDev := deviceOf(top)
-	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() && path != dir && deviceOf(info) != topDev {
-			return filepath.SkipDir // a mount inside: not this volume's
-		}
-		inodes++
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			bytes += uint64(st.Blocks) * 512
-		}
-		return nil
-	})
-	return bytes, inodes
-}
-
-func deviceOf(info fs.FileInfo) uint64 {
-	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Dev)
-	}
-	return 0
 }
