@@ -180,21 +180,29 @@ func (w *podWorker) terminate(ctx context.Context, stop *stopActions) error {
 func (w *podWorker) keepFinalStatus(ctx context.Context) corev1.PodStatus {
 	w.mu.Lock()
 	w.gone = true
-	if w.sandbox != nil || w.final == nil {
-		v := w.viewLocked()
-		w.mu.Unlock()
-		s := podStatus(v)
-		w.mu.Lock()
-		w.final = &s
-		w.mu.Unlock()
-		if err := w.deps.states.save(w.state()); err != nil {
-			w.logger(ctx).Error(err, "Saving pod state failed")
-		}
-		w.mu.Lock()
-	}
-	final := *w.final
+	recompute := w.sandbox != nil || w.final == nil
 	w.mu.Unlock()
-	return final
+	if recompute {
+		w.recordFinalStatus(ctx)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return *w.final
+}
+
+// recordFinalStatus computes the pod's status from the runtime's records
+// and keeps it as its final one, saved with the pod's state.
+func (w *podWorker) recordFinalStatus(ctx context.Context) {
+	w.mu.Lock()
+	v := w.viewLocked()
+	w.mu.Unlock()
+	s := podStatus(v)
+	w.mu.Lock()
+	w.final = &s
+	w.mu.Unlock()
+	if err := w.deps.states.save(w.state()); err != nil {
+		w.logger(ctx).Error(err, "Saving pod state failed")
+	}
 }
 
 // tearDown removes a stopped pod's volumes and sandbox. Volumes first:
@@ -253,15 +261,8 @@ func (w *podWorker) tearDownEndedVolumes(ctx context.Context, pod *corev1.Pod) t
 	}
 	w.mu.Lock()
 	w.volumePaths, w.volumesTornDown = nil, true
-	v := w.viewLocked()
 	w.mu.Unlock()
-	s := podStatus(v)
-	w.mu.Lock()
-	w.final = &s
-	w.mu.Unlock()
-	if err := w.deps.states.save(w.state()); err != nil {
-		w.logger(ctx).Error(err, "Saving pod state failed")
-	}
+	w.recordFinalStatus(ctx)
 	w.logger(ctx).V(2).Info("Tore down the volumes of the pod that ended")
 	return 0
 }
