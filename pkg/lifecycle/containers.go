@@ -409,9 +409,11 @@ func lifecycleHandler(c *corev1.Container, postStart bool) *corev1.LifecycleHand
 // in sb, and returns once the hook has: the kubelet starts nothing else
 // until then, so the containers that follow in the pod's start order wait
 // for it, and the container is neither started nor ready (its probes
-// start at the worker's next step). A hook that fails, or runs longer
-// than the pod's grace period, kills the container as the kubelet does
-// (its preStop hook first), which then restarts by its policy. A deletion
+// start at the worker's next step). A hook that fails kills the container
+// as the kubelet does (its preStop hook first), which then restarts by its
+// policy. Like the kubelet's, the hook has no time limit of its own: one
+// bounded by the pod's grace period failed every hook of a pod whose grace
+// period is 0. A deletion
 // or eviction of the pod ends the hook at once and kills nothing: the next
 // step stops the pod within its grace period, which a hook that hangs must
 // not hold up.
@@ -421,9 +423,7 @@ func (w *podWorker) postStart(ctx context.Context, sb Sandbox, c *corev1.Contain
 	if ectx.Err() != nil {
 		return
 	}
-	hctx, cancel := context.WithTimeout(ectx, gracePeriod(w.spec()))
-	defer cancel()
-	err := probe.RunHandler(hctx, h, w.target(c))
+	err := probe.RunHandler(ectx, h, w.target(c))
 	if err == nil || ectx.Err() != nil {
 		return // done, or ended by the pod's end or the agent's stop
 	}

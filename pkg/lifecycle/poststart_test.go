@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // quietFor is how long a test watches for something that must not happen
@@ -141,9 +142,9 @@ func TestFailedPostStartHookKillsTheContainer(t *testing.T) {
 }
 
 // A pod deleted or evicted while a postStart hook hangs ends the hook at
-// once and stops: the hook, which would time out only after the pod's 30 s
-// grace period, holds up neither the stop nor anything else, and what
-// followed the container never starts.
+// once and stops: the hook, which has no time limit of its own, holds up
+// neither the stop nor anything else, and what followed the container
+// never starts.
 func TestPodEndingEndsAHangingPostStartHook(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -195,5 +196,29 @@ func TestPodEndingEndsAHangingPostStartHook(t *testing.T) {
 				t.Errorf("runtime saw %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// A postStart hook has no time limit of its own, as the kubelet's: one
+// bounded by the pod's grace period failed at once in a pod whose grace
+// period is 0, and killed its container.
+func TestPostStartHookOfAPodWithoutGracePeriod(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	pod := testPod("p", corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](0),
+		Containers: []corev1.Container{{Name: "app", Image: "i", Lifecycle: gateHook()}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the hook runs", func() (bool, string) {
+		ev := f.rt.recorded()
+		return slices.Contains(ev, "gate app"), fmt.Sprint(ev)
+	})
+	f.rt.open("app")
+	eventually(t, "app started and running", func() (bool, string) {
+		cs, _ := reportedStatus(f.status("p"), "app")
+		return cs.Started != nil && *cs.Started && cs.State.Running != nil, fmt.Sprintf("%+v", cs)
+	})
+	if ev := f.rt.recorded(); slices.Contains(ev, "stop app") {
+		t.Errorf("the container was killed: %v", ev)
 	}
 }
