@@ -57,7 +57,10 @@ func (w *podWorker) execute(ctx context.Context, plan podActions) time.Duration 
 	for _, act := range plan.containers {
 		retry, goOn := w.carryOut(ctx, plan.pod, act)
 		next = sooner(next, retry)
-		if !goOn {
+		if !goOn || w.ending() {
+			// Deleted or evicted meanwhile (a postStart hook, say, ended
+			// early for it): nothing more starts, the next step stops the
+			// pod.
 			return next
 		}
 	}
@@ -234,6 +237,13 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 	cs := w.containerLocked(c.Name)
 	cs.waitingReason, cs.waitingMessage, cs.warned = "", "", ""
 	cs.started, cs.ready = false, false
+	if cs.probeCancel != nil {
+		// The probes of the attempt before end here, not at the next step:
+		// this one's postStart hook may hold that off for long, and a
+		// liveness probe of the attempt before would kill this one.
+		cs.probeCancel()
+		cs.probeCancel = nil
+	}
 	cs.applied = c.Resources.DeepCopy()
 	cs.image = c.Image
 	w.mu.Unlock()
@@ -241,11 +251,11 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *core
 		return w.startFailed(ctx, sb, c, err)
 	}
 	w.logger(ctx).V(2).Info("Started container", "container", c.Name, "attempt", attempt)
-	w.kick() // look again at once: its probes start, the next container may follow
 	w.event(corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	if h := lifecycleHandler(c, true); h != nil {
-		go w.postStart(ctx, c, attempt, h)
+		w.postStart(ctx, sb, c, attempt, h)
 	}
+	w.kick() // look again at once: its probes start, the next container may follow
 	return 0
 }
 
@@ -395,21 +405,33 @@ func lifecycleHandler(c *corev1.Container, postStart bool) *corev1.LifecycleHand
 	return c.Lifecycle.PreStop
 }
 
-// postStart runs the postStart hook; a failing hook kills the container,
-// which then restarts by its policy.
-func (w *podWorker) postStart(ctx context.Context, c *corev1.Container, attempt int, h *corev1.LifecycleHandler) {
-	hctx, cancel := context.WithTimeout(ctx, gracePeriod(w.spec()))
-	defer cancel()
-	if err := probe.RunHandler(hctx, h, w.target(c)); err != nil {
-		w.event(corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
-		sb := w.currentSandbox()
-		if sb == nil {
-			return
-		}
-		if st, ok := sb.Container(c.Name); ok && st.Attempt == attempt && st.State == StateRunning {
-			w.event(corev1.EventTypeNormal, "Killing", "FailedPostStartHook")
-			_ = sb.StopContainer(ctx, c.Name, gracePeriod(w.spec()))
-		}
+// postStart runs the postStart hook of the container's attempt, started
+// in sb, and returns once the hook has: the kubelet starts nothing else
+// until then, so the containers that follow in the pod's start order wait
+// for it, and the container is neither started nor ready (its probes
+// start at the worker's next step). A hook that fails kills the container
+// as the kubelet does (its preStop hook first), which then restarts by its
+// policy. Like the kubelet's, the hook has no time limit of its own: one
+// bounded by the pod's grace period failed every hook of a pod whose grace
+// period is 0. A deletion
+// or eviction of the pod ends the hook at once and kills nothing: the next
+// step stops the pod within its grace period, which a hook that hangs must
+// not hold up.
+func (w *podWorker) postStart(ctx context.Context, sb Sandbox, c *corev1.Container, attempt int, h *corev1.LifecycleHandler) {
+	ectx, release := w.untilEnding(ctx)
+	defer release()
+	if ectx.Err() != nil {
+		return
+	}
+	err := probe.RunHandler(ectx, h, w.target(c))
+	if err == nil || ectx.Err() != nil {
+		return // done, or ended by the pod's end or the agent's stop
+	}
+	w.logger(ctx).Info("The postStart hook failed; killing the container", "container", c.Name, "attempt", attempt, "err", err)
+	w.event(corev1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %v", err)
+	if st, ok := sb.Container(c.Name); ok && st.Attempt == attempt && st.State == StateRunning {
+		deadline := w.deps.clock.Now().Add(gracePeriod(w.spec()))
+		w.stopContainer(ctx, sb, c, deadline, true, "FailedPostStartHook", nowTurn)
 	}
 }
 

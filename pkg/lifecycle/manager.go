@@ -579,6 +579,7 @@ func (m *Manager) Evict(pod *corev1.Pod, e Eviction) error {
 	w.mu.Lock()
 	if w.failReason == "" && !w.deleting && w.evictReq == nil {
 		w.evictReq = &e
+		w.abortWaitLocked()
 	}
 	w.mu.Unlock()
 	w.kick()

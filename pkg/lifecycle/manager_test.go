@@ -61,6 +61,9 @@ type fakeRuntime struct {
 	// one after the other each wait out the 2 seconds.
 	hooksTogether int32
 	hooksBegun    atomic.Int32
+	// gates hold each container's "gate" exec (a hook's command) until
+	// the test opens the container's gate, or the exec's context ends.
+	gates map[string]chan struct{}
 
 	mu        sync.Mutex
 	sandboxes map[types.UID]*fakeSandbox
@@ -118,6 +121,24 @@ func (r *fakeRuntime) recorded() []string {
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)
 }
+
+// gate is the gate of the container name, made when first asked for.
+func (r *fakeRuntime) gate(name string) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gates == nil {
+		r.gates = map[string]chan struct{}{}
+	}
+	g, ok := r.gates[name]
+	if !ok {
+		g = make(chan struct{})
+		r.gates[name] = g
+	}
+	return g
+}
+
+// open lets the "gate" execs of the container name through, now and later.
+func (r *fakeRuntime) open(name string) { close(r.gate(name)) }
 
 // sandbox is the pod's sandbox, nil when it has none.
 func (r *fakeRuntime) sandbox(uid types.UID) *fakeSandbox {
@@ -272,11 +293,22 @@ func (s *fakeSandbox) UpdateResources(_ context.Context, _ *corev1.Pod, c *corev
 }
 
 // ExecSync runs nothing: "fail" exits 1, "hook" (a hook's command) is
-// recorded, and "forever" runs until its context ends, recorded then.
+// recorded, "forever" runs until its context ends, recorded then, and
+// "gate" is recorded and runs until the container's gate opens (recorded
+// then too) or its context ends.
 func (s *fakeSandbox) ExecSync(ctx context.Context, container string, argv []string) ([]byte, int, error) {
 	switch argv[0] {
 	case "fail":
 		return nil, 1, nil
+	case "gate":
+		s.rt.record("gate " + container)
+		select {
+		case <-s.rt.gate(container):
+			s.rt.record("gate passed " + container)
+		case <-ctx.Done():
+			s.rt.record("gate ended " + container)
+			return nil, 137, ctx.Err()
+		}
 	case "forever":
 		<-ctx.Done()
 		s.rt.record("forever ended " + container)
@@ -305,11 +337,12 @@ func (s *fakeSandbox) PortForward(context.Context, int32, io.ReadWriteCloser) er
 // lifecycleFixture is a manager over a fakeRuntime, with the last status
 // it published of each pod.
 type lifecycleFixture struct {
-	m      *Manager
-	rt     *fakeRuntime
-	probes *ProbeMetrics
-	ops    *RuntimeMetrics
-	stop   func() // ends its Run, as the agent's exit
+	m        *Manager
+	rt       *fakeRuntime
+	recorder *record.FakeRecorder
+	probes   *ProbeMetrics
+	ops      *RuntimeMetrics
+	stop     func() // ends its Run, as the agent's exit
 
 	mu       sync.Mutex
 	statuses map[string]corev1.PodStatus
@@ -326,14 +359,14 @@ func newLifecycleFixture(t *testing.T, podIPs []string) *lifecycleFixture {
 func startLifecycleFixture(t *testing.T, rt *fakeRuntime, root string) *lifecycleFixture {
 	t.Helper()
 	client := fake.NewClientset()
-	probes, ops := NewProbeMetrics(), NewRuntimeMetrics()
+	probes, ops, recorder := NewProbeMetrics(), NewRuntimeMetrics(), record.NewFakeRecorder(1000)
 	m, err := New(Parts{
 		Probes:         probes,
 		RuntimeMetrics: ops,
 		Runtime:        rt,
 		Volumes:        hostvolume.NewManager(client, hostvolume.Options{RootDir: root}),
 		Env:            env.NewGetter(client),
-		Recorder:       record.NewFakeRecorder(1000),
+		Recorder:       recorder,
 	}, Options{
 		NodeName: "node", Address: "192.0.2.1", RootDir: root,
 		Allocatable: func() corev1.ResourceList { return corev1.ResourceList{} },
@@ -341,7 +374,7 @@ func startLifecycleFixture(t *testing.T, rt *fakeRuntime, root string) *lifecycl
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &lifecycleFixture{m: m, rt: rt, probes: probes, ops: ops, statuses: map[string]corev1.PodStatus{}, phases: map[string][]corev1.PodPhase{}}
+	f := &lifecycleFixture{m: m, rt: rt, recorder: recorder, probes: probes, ops: ops, statuses: map[string]corev1.PodStatus{}, phases: map[string][]corev1.PodPhase{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.NotifyPods(ctx, func(p *corev1.Pod) {
 		f.mu.Lock()

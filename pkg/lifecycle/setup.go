@@ -109,21 +109,13 @@ func (w *podWorker) setUpVolumes(ctx context.Context, pod *corev1.Pod) (map[stri
 	if mounter == nil || len(local.Spec.Volumes) == len(pod.Spec.Volumes) {
 		return paths, nil
 	}
-	// A deletion cancels the set-up: staging and publishing can take long.
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w.mu.Lock()
-	if w.deleting {
-		w.mu.Unlock()
-		return nil, errors.New("pod is being deleted")
+	// A deletion or eviction cancels the set-up: staging and publishing
+	// can take long.
+	sctx, release := w.untilEnding(ctx)
+	defer release()
+	if err := context.Cause(sctx); err != nil {
+		return nil, err
 	}
-	w.abortSetUp = cancel
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		w.abortSetUp = nil
-		w.mu.Unlock()
-	}()
 	csiPaths, err := mounter.SetUp(sctx, pod)
 	if err != nil {
 		var se *csimount.SetUpError
@@ -154,13 +146,16 @@ func withoutCSIVolumes(pod *corev1.Pod) *corev1.Pod {
 // wait for it), anything else after retryAfter.
 func (w *podWorker) setUpFailed(ctx context.Context, err error) time.Duration {
 	logger := w.logger(ctx)
+	if errors.Is(err, errPodEnding) {
+		return 0 // not tried: the next sync stops the pod
+	}
 	var se *csimount.SetUpError
 	if !errors.As(err, &se) {
 		logger.Error(err, "Setting up pod failed")
 		return retryAfter
 	}
 	w.mu.Lock()
-	deleting := w.deleting
+	ending := w.endingLocked()
 	if se.Waiting() != w.waitingForVolumes {
 		w.setUpFailures = 0 // waiting and failing back off apart
 	}
@@ -178,8 +173,8 @@ func (w *podWorker) setUpFailed(ctx context.Context, err error) time.Duration {
 	w.waitingForVolumes = se.Waiting()
 	w.mu.Unlock()
 	switch {
-	case deleting:
-		return 0 // the next sync terminates the pod
+	case ending:
+		return 0 // the next sync stops the pod
 	case se.Reason() == "":
 		logger.V(2).Info("Waiting for CSI volumes", "reason", se.Error(), "retryIn", wait)
 	default:

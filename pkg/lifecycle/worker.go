@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -105,9 +106,9 @@ type podWorker struct {
 	// waitingForVolumes: the pod's CSI volumes wait for the API (a claim
 	// to be bound, a volume to be attached), so an API change retries them.
 	waitingForVolumes bool
-	// abortSetUp cancels a set-up of CSI volumes in progress when the pod
-	// is deleted.
-	abortSetUp context.CancelFunc
+	// abortWait ends the wait untilEnding gave out, if one is under way,
+	// when the pod is deleted or evicted.
+	abortWait context.CancelCauseFunc
 	// unmountWarned: a FailedUnmount Event was recorded.
 	unmountWarned bool
 }
@@ -245,9 +246,7 @@ func (w *podWorker) delete(grace time.Duration) {
 	}
 	w.deleting = true
 	immediate := w.grace == 0
-	if w.abortSetUp != nil {
-		w.abortSetUp()
-	}
+	w.abortWaitLocked()
 	w.mu.Unlock()
 	if first {
 		// Saved before anything stops: an agent killed from here on must
@@ -264,6 +263,55 @@ func (w *podWorker) delete(grace time.Duration) {
 		}
 	}
 	w.kick()
+}
+
+// errPodEnding is why untilEnding's context ends early: the pod is
+// deleted or evicted.
+var errPodEnding = errors.New("the pod is being deleted or evicted")
+
+// untilEnding is ctx for a wait of the worker's that the pod's end makes
+// pointless, a set-up of CSI volumes or a postStart hook: it ends, with
+// errPodEnding as its cause, as soon as the pod is deleted or evicted (at
+// once if it already is), so that the worker goes on to stop the pod
+// within its grace period instead of waiting. release ends it once the
+// wait is over. The worker waits for one thing at a time, so one wait is
+// under way at most.
+func (w *podWorker) untilEnding(ctx context.Context) (_ context.Context, release func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.endingLocked() {
+		cancel(errPodEnding)
+		return wctx, func() {}
+	}
+	w.abortWait = cancel
+	return wctx, func() {
+		w.mu.Lock()
+		w.abortWait = nil
+		w.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// abortWaitLocked ends the wait under way, if any: the pod is ending.
+func (w *podWorker) abortWaitLocked() {
+	if w.abortWait != nil {
+		w.abortWait(errPodEnding)
+	}
+}
+
+// endingLocked tells whether the pod was deleted, or evicted and its
+// worker not yet stopping it: what the worker is doing is cut short, and
+// the next step stops the pod.
+func (w *podWorker) endingLocked() bool {
+	return w.deleting || w.evictReq != nil
+}
+
+// ending is endingLocked for a caller that does not hold w.mu.
+func (w *podWorker) ending() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.endingLocked()
 }
 
 func (w *podWorker) logger(ctx context.Context) klog.Logger {
