@@ -56,6 +56,8 @@ type fakeRuntime struct {
 	failRemove atomic.Bool
 	// ensured counts the sandboxes set up (EnsureSandbox calls).
 	ensured atomic.Int32
+	// failSandboxes fails as many sandbox set-ups.
+	failSandboxes atomic.Int32
 	// hooksTogether holds each "hook" exec until that many have begun (or
 	// for 2 seconds): hooks run at once get through together, hooks run
 	// one after the other each wait out the 2 seconds.
@@ -87,6 +89,9 @@ func (r *fakeRuntime) Sandboxes(context.Context) ([]Sandbox, error) {
 
 func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbox, error) {
 	r.ensured.Add(1)
+	if r.failSandboxes.Add(-1) >= 0 {
+		return nil, errors.New("no network for the sandbox")
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb := &fakeSandbox{rt: r, uid: spec.Pod.UID, attempts: map[string][]ContainerStatus{}}
@@ -535,6 +540,43 @@ func TestStartLostWithTheRuntimeIsRetried(t *testing.T) {
 	eventually(t, "the pod runs", func() (bool, string) {
 		s := f.status("p")
 		return s.Phase == corev1.PodRunning, fmt.Sprint(s.Phase, f.rt.recorded())
+	})
+}
+
+// While a pod's set-up fails, its containers wait in their default reason
+// with the failure as message, as the kubelet's (PodInitializing until the
+// init containers are done): the node suite's 'should not start app
+// containers and fail the pod if init containers fail' failed on the app
+// container's ContainerCreating after one failed volume set-up. Once set
+// up, the message goes.
+func TestSetUpFailureKeepsTheDefaultWaitingReason(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	f.rt.failSandboxes.Store(1)
+	pod := testPod("p", corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", Image: "img"}},
+		Containers:     []corev1.Container{{Name: "app", Image: "img"}},
+	})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(l []corev1.ContainerStatus) (reason, msg string) {
+		if len(l) == 1 && l[0].State.Waiting != nil {
+			return l[0].State.Waiting.Reason, l[0].State.Waiting.Message
+		}
+		return fmt.Sprint(l), ""
+	}
+	eventually(t, "the failure said with the default reasons", func() (bool, string) {
+		s := f.status("p")
+		ir, im := waiting(s.InitContainerStatuses)
+		ar, am := waiting(s.ContainerStatuses)
+		return ir == "PodInitializing" && ar == "PodInitializing" && strings.Contains(im, "no network for the sandbox") && im == am,
+			fmt.Sprintf("init %s %q, app %s %q", ir, im, ar, am)
+	})
+	eventuallyWithin(t, 2*retryAfter+10*time.Second, "set up, the init container runs and the app waits without a message", func() (bool, string) {
+		s := f.status("p")
+		ar, am := waiting(s.ContainerStatuses)
+		running := len(s.InitContainerStatuses) == 1 && s.InitContainerStatuses[0].State.Running != nil
+		return running && ar == "PodInitializing" && am == "", fmt.Sprintf("init %v, app %s %q", s.InitContainerStatuses, ar, am)
 	})
 }
 

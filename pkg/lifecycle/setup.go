@@ -65,8 +65,8 @@ func (w *podWorker) setUpDone(paths map[string]string, sb Sandbox) {
 	w.volumePaths, w.sandbox = paths, sb
 	w.setUpFailures, w.setUpRetryAt, w.waitingForVolumes = 0, time.Time{}, false
 	for _, cs := range w.containers {
-		if cs.waitingReason == "ContainerCreating" {
-			cs.waitingReason, cs.waitingMessage = "", ""
+		if cs.waitingReason == "" {
+			cs.waitingMessage = "" // the set-up's failure, said by warnAll
 		}
 	}
 }
@@ -196,9 +196,11 @@ func (w *podWorker) volumesChanged() {
 	}
 }
 
-// warnAll makes every container wait in ContainerCreating with msg and
-// records a Warning Event with reason, once per reason; an empty reason
-// records none.
+// warnAll makes every container wait with msg, in its default reason as
+// the kubelet reports a pod whose set-up failed (ContainerCreating, or
+// PodInitializing until the init containers are done), and records a
+// Warning Event with reason, once per reason; an empty reason records
+// none.
 func (w *podWorker) warnAll(reason, msg string) {
 	w.mu.Lock()
 	first := reason != ""
@@ -210,7 +212,7 @@ func (w *podWorker) warnAll(reason, msg string) {
 			}
 			cs.warned = reason
 		}
-		cs.waitingReason, cs.waitingMessage = "ContainerCreating", msg
+		cs.waitingReason, cs.waitingMessage = "", msg
 	}
 	w.mu.Unlock()
 	if first {

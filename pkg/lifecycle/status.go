@@ -24,8 +24,9 @@ type containerView struct {
 	latest   *ContainerStatus // nil: never started
 	previous *ContainerStatus
 	// waiting says why a container that is not running waits (for
-	// example CrashLoopBackOff, or a configuration error); empty for the
-	// default (ContainerCreating, PodInitializing).
+	// example CrashLoopBackOff, or a configuration error); an empty reason
+	// is the default (ContainerCreating, PodInitializing), whose message
+	// says why the pod's set-up failed, if it did.
 	waitingReason, waitingMessage string
 	// final: an exited container that will not run again.
 	final bool
@@ -131,10 +132,11 @@ func containerStatus(uid types.UID, v *containerView, defaultWaiting string) cor
 	}
 	st := v.latest
 	if st == nil {
-		reason, msg := defaultWaiting, ""
+		reason := defaultWaiting
 		if v.waitingReason != "" {
-			reason, msg = v.waitingReason, v.waitingMessage
+			reason = v.waitingReason
 		}
+		msg := v.waitingMessage
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
 		return cs
 	}
