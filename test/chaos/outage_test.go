@@ -126,7 +126,7 @@ spec:
 		if d.Status.AvailableReplicas == rolloutReplicas {
 			return true, ""
 		}
-		return false, fmt.Sprintf("%d of %d available; %s", d.Status.AvailableReplicas, rolloutReplicas, podSummary(ns))
+		return false, fmt.Sprintf("%d of %d available; %s; %s", d.Status.AvailableReplicas, rolloutReplicas, podSummary(ns), readiness(ns, "app=rollout"))
 	})
 	rollout := time.Since(start)
 
@@ -202,6 +202,57 @@ func podSummary(ns string) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// readiness tells, for a rollout that does not complete, whether its pods
+// are not Ready or the controllers have not seen them become so: the
+// ReplicaSets' counts beside the pods that a read from etcd finds Ready,
+// and the first of those that are not.
+func readiness(ns, selector string) string {
+	sets, err := client.AppsV1().ReplicaSets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, rs := range sets.Items {
+		out = append(out, fmt.Sprintf("replicaset %s: %d replicas, %d ready, %d available (generation %d observed %d)",
+			rs.Name, rs.Status.Replicas, rs.Status.ReadyReplicas, rs.Status.AvailableReplicas, rs.Generation, rs.Status.ObservedGeneration))
+	}
+	pods, err := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	ready := 0
+	var not []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if podReady(p) && p.DeletionTimestamp == nil {
+			ready++
+			continue
+		}
+		not = append(not, fmt.Sprintf("%s on %s (%s, %s)", p.Name, p.Spec.NodeName, p.Status.Phase, conditionSummary(p)))
+	}
+	out = append(out, fmt.Sprintf("pods Ready in etcd: %d of %d; not: %v", ready, len(pods.Items), head(not, 5)))
+	return strings.Join(out, "; ")
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// conditionSummary is a pod's conditions as type=status, with when the
+// last changed.
+func conditionSummary(p *corev1.Pod) string {
+	var out []string
+	for _, c := range p.Status.Conditions {
+		out = append(out, fmt.Sprintf("%s=%s@%s", c.Type, c.Status, c.LastTransitionTime.Format("15:04:05")))
+	}
+	return strings.Join(out, " ")
 }
 
 // criContainers are the cri node's containers in the runtime: ID and
