@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/env"
 	"github.com/nodelet/nodelet/pkg/lifecycle/hostvolume"
@@ -58,6 +60,8 @@ type fakeRuntime struct {
 	ensured atomic.Int32
 	// failSandboxes fails as many sandbox set-ups.
 	failSandboxes atomic.Int32
+	// recursiveReadOnly: its handler makes mounts read-only recursively.
+	recursiveReadOnly bool
 	// hooksTogether holds each "hook" exec until that many have begun (or
 	// for 2 seconds): hooks run at once get through together, hooks run
 	// one after the other each wait out the 2 seconds.
@@ -111,6 +115,10 @@ func (r *fakeRuntime) RemoveSandbox(_ context.Context, uid types.UID) error {
 		return errors.New("the agent died here")
 	}
 	return nil
+}
+
+func (r *fakeRuntime) RecursiveReadOnlyHandler(*corev1.Pod) (string, bool) {
+	return "fake", r.recursiveReadOnly
 }
 
 func (r *fakeRuntime) OnExit(f func(types.UID, string)) { r.onExit = f }
@@ -577,6 +585,34 @@ func TestSetUpFailureKeepsTheDefaultWaitingReason(t *testing.T) {
 		ar, am := waiting(s.ContainerStatuses)
 		running := len(s.InitContainerStatuses) == 1 && s.InitContainerStatuses[0].State.Running != nil
 		return running && ar == "PodInitializing" && am == "", fmt.Sprintf("init %v, app %s %q", s.InitContainerStatuses, ar, am)
+	})
+}
+
+// A container's status lists its volume mounts, a read-only one saying it
+// is read-only recursively where it asked to be and the runtime's handler
+// can, from the first status on, as the kubelet's.
+func TestStatusListsTheVolumeMounts(t *testing.T) {
+	f := newLifecycleFixture(t, nil)
+	f.rt.recursiveReadOnly = true
+	pod := testPod("p", corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		Containers: []corev1.Container{{Name: "app", Image: "img", VolumeMounts: []corev1.VolumeMount{
+			{Name: "v", MountPath: "/rw"},
+			{Name: "v", MountPath: "/ro", ReadOnly: true, RecursiveReadOnly: ptr.To(corev1.RecursiveReadOnlyIfPossible)},
+		}}},
+	})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the mounts in the running container's status", func() (bool, string) {
+		s := f.status("p")
+		if len(s.ContainerStatuses) != 1 || s.ContainerStatuses[0].State.Running == nil {
+			return false, fmt.Sprint(s.ContainerStatuses)
+		}
+		want := []corev1.VolumeMountStatus{{Name: "v", MountPath: "/rw"},
+			{Name: "v", MountPath: "/ro", ReadOnly: true, RecursiveReadOnly: ptr.To(corev1.RecursiveReadOnlyEnabled)}}
+		got := s.ContainerStatuses[0].VolumeMounts
+		return equality.Semantic.DeepEqual(got, want), fmt.Sprint(got)
 	})
 }
 

@@ -169,3 +169,9 @@ func (s countedSandbox) ExecSync(ctx context.Context, container string, argv []s
 	s.m.record("exec_sync", err)
 	return out, code, err
 }
+
+// RecursiveReadOnlyHandler is the counted runtime's (RecursiveReadOnlyMounts),
+// which the wrapping would otherwise hide.
+func (r countedRuntime) RecursiveReadOnlyHandler(pod *corev1.Pod) (string, bool) {
+	return recursiveReadOnlyHandler(r.Runtime, pod)
+}

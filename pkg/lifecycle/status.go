@@ -37,6 +37,8 @@ type containerView struct {
 	started, ready bool
 	// applied are the resources the running attempt has, if known.
 	applied *corev1.ResourceRequirements
+	// mounts are the container's volume mounts as its status says them.
+	mounts []corev1.VolumeMountStatus
 
 	// For the decision only:
 	// lost: the latest attempt exited as one the runtime lost track of.
@@ -126,7 +128,7 @@ func terminatedState(uid types.UID, st *ContainerStatus) *corev1.ContainerStateT
 // containerStatus is the API status of one container.
 func containerStatus(uid types.UID, v *containerView, defaultWaiting string) corev1.ContainerStatus {
 	c := v.spec
-	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Started: new(bool)}
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image, Started: new(bool), VolumeMounts: v.mounts}
 	if v.previous != nil && v.previous.State == StateExited {
 		cs.LastTerminationState.Terminated = terminatedState(uid, v.previous)
 	}

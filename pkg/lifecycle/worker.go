@@ -439,6 +439,14 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod, previous bool) *podView {
 		cv.final = cv.latest != nil && cv.latest.State == StateExited
 		v.ephemeral = append(v.ephemeral, cv)
 	}
+	if previous { // the status's view: with the containers' mounts
+		handler, supported := recursiveReadOnlyHandler(w.deps.runtime, pod)
+		for _, l := range [][]containerView{v.init, v.regular, v.ephemeral} {
+			for i := range l {
+				l[i].mounts = volumeMountStatuses(l[i].spec, handler, supported)
+			}
+		}
+	}
 	return v
 }
 

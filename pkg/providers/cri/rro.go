@@ -1,11 +1,7 @@
 package cri
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/nodelet/nodelet/pkg/lifecycle"
 )
 
 // handlerFeatures is what a runtime handler supports, as the runtime's
@@ -49,31 +45,10 @@ func (r *criRuntime) handlerOf(pod *corev1.Pod) handlerFeatures {
 	return handlerFeatures{name: name}
 }
 
-// recursiveReadOnly decides, as the kubelet does, whether a mount is made
-// read-only recursively (the mounts below its source too): never unless
-// its recursiveReadOnly asks; IfPossible where the handler supports it;
-// Enabled where it does, and otherwise the container cannot be created,
-// nor when the mount is not read-only or propagates mounts.
-func recursiveReadOnly(m lifecycle.Mount, h handlerFeatures) (bool, error) {
-	switch m.RecursiveReadOnly {
-	case "", corev1.RecursiveReadOnlyDisabled:
-		return false, nil
-	case corev1.RecursiveReadOnlyIfPossible:
-		return h.recursiveReadOnlyMounts && m.ReadOnly && noPropagation(m), nil
-	case corev1.RecursiveReadOnlyEnabled:
-		switch {
-		case !m.ReadOnly:
-			return false, fmt.Errorf("volume mount at %s: recursiveReadOnly Enabled needs readOnly", m.Destination)
-		case !noPropagation(m):
-			return false, fmt.Errorf("volume mount at %s: recursiveReadOnly Enabled needs mountPropagation None, not %s", m.Destination, m.Propagation)
-		case !h.recursiveReadOnlyMounts:
-			return false, fmt.Errorf("volume mount at %s: recursiveReadOnly Enabled, but the runtime handler %q does not support recursive read-only mounts", m.Destination, h.name)
-		}
-		return true, nil
-	}
-	return false, fmt.Errorf("volume mount at %s: unknown recursiveReadOnly %q", m.Destination, m.RecursiveReadOnly)
-}
-
-func noPropagation(m lifecycle.Mount) bool {
-	return m.Propagation == "" || m.Propagation == corev1.MountPropagationNone
+// RecursiveReadOnlyHandler names the handler that runs pod and tells
+// whether it makes mounts read-only recursively (lifecycle's
+// RecursiveReadOnlyMounts, which the containers' statuses report).
+func (r *criRuntime) RecursiveReadOnlyHandler(pod *corev1.Pod) (string, bool) {
+	h := r.handlerOf(pod)
+	return h.name, h.recursiveReadOnlyMounts
 }

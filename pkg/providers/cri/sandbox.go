@@ -350,7 +350,8 @@ func (s *criSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 		}
 	}
 	for _, m := range spec.Mounts {
-		rro, err := recursiveReadOnly(m, s.rt.handlerOf(pod))
+		h := s.rt.handlerOf(pod)
+		rro, err := lifecycle.RecursiveReadOnly(m, h.name, h.recursiveReadOnlyMounts)
 		if err != nil {
 			return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 		}

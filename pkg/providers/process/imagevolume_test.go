@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,5 +60,22 @@ func TestStartContainerRefusesImageVolume(t *testing.T) {
 	if !errors.As(err, &we) || we.Reason != "CreateContainerConfigError" ||
 		we.Message != "spec.volumes[0].image: image volumes are not supported by the process provider, which pulls no images" {
 		t.Fatalf("err = %v, want a CreateContainerConfigError naming spec.volumes[0].image", err)
+	}
+}
+
+// A mount that must be read-only recursively (recursiveReadOnly Enabled)
+// cannot be made so by the process provider: the container waits with a
+// configuration error naming the mount, and nothing is started; the
+// provider once made such a mount read-only at its top only.
+func TestStartContainerRefusesRecursiveReadOnly(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Command: []string{"true"}}}}}
+	err := hostSandbox{}.StartContainer(context.Background(), lifecycle.ContainerSpec{
+		Pod: pod, Container: &pod.Spec.Containers[0], Command: []string{"true"},
+		Mounts: []lifecycle.Mount{{Source: t.TempDir(), Destination: "/vol", ReadOnly: true, RecursiveReadOnly: corev1.RecursiveReadOnlyEnabled}},
+	})
+	var we *lifecycle.WaitError
+	if !errors.As(err, &we) || we.Reason != "CreateContainerConfigError" || !strings.Contains(we.Message, "/vol") ||
+		!strings.Contains(we.Message, `runtime handler "process" does not support recursive read-only mounts`) {
+		t.Fatalf("err = %v, want a CreateContainerConfigError naming /vol", err)
 	}
 }

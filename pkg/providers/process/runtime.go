@@ -97,7 +97,8 @@ func (s hostSandbox) status(st sandbox.ContainerStatus) lifecycle.ContainerStatu
 
 // StartContainer runs the container's command and args from the host's
 // filesystem: there is no image, so a container without a command, or one
-// that mounts an image volume, cannot run. It runs as its security context
+// that mounts an image volume, cannot run; nor one whose mount must be
+// read-only recursively. It runs as its security context
 // asks (containerSecurity), or not at all.
 func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.ContainerSpec) error {
 	c := spec.Container
@@ -110,6 +111,11 @@ func (s hostSandbox) StartContainer(ctx context.Context, spec lifecycle.Containe
 				Message: fmt.Sprintf("%s: image volumes are not supported by the process provider, which pulls no images", imageVolumeField(spec.Pod)),
 				Warn:    true,
 			}
+		}
+		// Its mounts are never read-only recursively: one that must be
+		// cannot run.
+		if _, err := lifecycle.RecursiveReadOnly(m, "process", false); err != nil {
+			return &lifecycle.WaitError{Reason: "CreateContainerConfigError", Message: err.Error(), Retry: 10 * time.Second, Warn: true}
 		}
 	}
 	if len(spec.Command) == 0 {
