@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/klog/v2"
 
@@ -53,7 +54,7 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 	h := fnv.New64a()
 	h.Write(data)
 	sum := h.Sum64()
-	if rec.written == sum {
+	if rec.written == sum && !changedSince(pod, rec.writtenRV) {
 		// Written already; the cache has not caught up yet.
 		return nil
 	}
@@ -80,6 +81,17 @@ func (c *Controller) updateStatus(ctx context.Context, rec *podRecord, pod *core
 	c.metrics.observeStart(pod, want, now.Time)
 	klog.FromContext(ctx).V(3).Info("Patched pod status", "phase", want.Phase)
 	return nil
+}
+
+// changedSince tells whether pod, as the cache holds it, was written after
+// the write at resource version rv: then someone else changed its status
+// since (the node lifecycle controller marks the pods of a node it takes
+// for NotReady not Ready), and what was written must be written again. A
+// cache that holds the write itself or an older pod has not; nor, for
+// want of an order, does a resource version that is not an integer.
+func changedSince(pod *corev1.Pod, rv string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(pod.ResourceVersion, rv)
+	return err == nil && cmp > 0
 }
 
 // mergeStatus returns the status to write: the provider's, with the

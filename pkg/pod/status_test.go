@@ -167,3 +167,67 @@ func TestStaleCacheDoesNotRepeatAWrite(t *testing.T) {
 		t.Errorf("%d status patches, want 1", patches)
 	}
 }
+
+// A status written is written again whenever someone else changed it after
+// the write: the node lifecycle controller marks the pods of a node it
+// takes for NotReady not Ready, each time one is made Ready again, and the
+// kubelet makes them Ready again until its node is back. From the second
+// marking on, the status to write was the one last written, and nodelet
+// took the changed pod for a cache not yet caught up with its write: the
+// pods stayed not Ready for good (CI's TestEtcdKilledDuringRollout stopped
+// at 195 of 200 available). A cache older than the write still writes
+// nothing.
+func TestStatusChangedByOthersIsWrittenAgain(t *testing.T) {
+	pod := testPod("a", "n")
+	pod.ResourceVersion = "10"
+	client := fake.NewClientset(pod.DeepCopy())
+	c := &Controller{client: client, opts: Options{Clock: testingclock.NewFakeClock(time.Now())}}
+	rec := &podRecord{node: "n", uid: pod.UID}
+	reported := pod.DeepCopy()
+	runningStatus(reported)
+	patches := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "patch" {
+				n++
+			}
+		}
+		return n
+	}
+	if err := c.updateStatus(context.Background(), rec, pod.DeepCopy(), &reported.Status); err != nil {
+		t.Fatal(err)
+	}
+	if rec.writtenRV != "10" || patches() != 1 {
+		t.Fatalf("written at %q with %d patches, want at 10 with 1", rec.writtenRV, patches())
+	}
+	stale := pod.DeepCopy()
+	stale.ResourceVersion = "9"
+	if err := c.updateStatus(context.Background(), rec, stale, &reported.Status); err != nil {
+		t.Fatal(err)
+	}
+	if patches() != 1 {
+		t.Fatalf("%d patches after the cache showed the pod from before the write, want 1", patches())
+	}
+	// The node lifecycle controller marks the pod not Ready, and again
+	// when the pod is made Ready while it still takes the node for
+	// NotReady: from the second time on, the status to write is the one
+	// last written.
+	for i, rv := range []string{"12", "14", "16"} {
+		marked, err := client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := condition(&marked.Status, corev1.PodReady)
+		if ready == nil || ready.Status != corev1.ConditionTrue {
+			t.Fatalf("written Ready condition %+v, want True", ready)
+		}
+		ready.Status, ready.Reason = corev1.ConditionFalse, "NodeNotReady"
+		marked.ResourceVersion = rv
+		if err := c.updateStatus(context.Background(), rec, marked, &reported.Status); err != nil {
+			t.Fatal(err)
+		}
+		if patches() != 2+i {
+			t.Fatalf("%d patches after the node lifecycle controller marked the pod not Ready %d times, want %d", patches(), i+1, 2+i)
+		}
+	}
+}

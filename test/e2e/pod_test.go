@@ -203,6 +203,32 @@ func TestRejectedPodFailsWithReason(t *testing.T) {
 	})
 }
 
+// A pod someone else marks not Ready while its containers run is made Ready
+// again, each time, as the kubelet does after the node lifecycle
+// controller marked the pods of a node it took for NotReady: that
+// controller marks again a pod made Ready while it still takes the node
+// for NotReady, and nodelet once left the pod not Ready from the second
+// time on (the status to write was the one it had last written).
+func TestPodMarkedNotReadyIsMadeReadyAgain(t *testing.T) {
+	t.Parallel()
+	node := uniqueName(t)
+	startNodelet(t, node)
+	ns := newNamespace(t)
+	waitReady(t, node, 10*time.Second)
+	apply(t, ns, deployment("marked", node, 1))
+	kubectl(t, "rollout", "status", "-n", ns, "deployment/marked", "--timeout=60s")
+	pod := podList(t, ns).Items[0].Name
+	ready := func() (bool, string) {
+		out, _ := kubectlErr("get", "pod", "-n", ns, pod, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		return out == "True", "Ready " + out
+	}
+	for i := range 3 {
+		kubectl(t, "patch", "pod", "-n", ns, pod, "--subresource=status",
+			"-p", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"NodeNotReady"}]}}`)
+		eventually(t, 30*time.Second, fmt.Sprintf("the pod Ready again after marking %d", i+1), ready)
+	}
+}
+
 // hugePod is a pod named huge, bound to node, that asks for more cpu than
 // any node has.
 func hugePod(node string) string {
