@@ -126,6 +126,55 @@ func TestEndedPodsVolumesAreTornDownForGood(t *testing.T) {
 	})
 }
 
+// The sandbox of a pod that ended is stopped, as the kubelet stops a
+// terminal pod's (its network and IPs given back before the pod is
+// deleted), its containers' records kept: the pod goes on reporting its
+// IP and its containers' exits, also after the agent restarted and found
+// the stopped sandbox without IPs, and nothing of it is set up again.
+func TestEndedPodsSandboxIsStoppedKeepingItsIPs(t *testing.T) {
+	rt := &fakeRuntime{ips: []string{"10.0.0.5"}, sandboxes: map[types.UID]*fakeSandbox{}}
+	root := t.TempDir()
+	f := startLifecycleFixture(t, rt, root)
+	pod := testPod("p", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "app", Image: "img"}}})
+	if err := f.m.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod runs", func() (bool, string) {
+		s := f.status("p")
+		return s.Phase == corev1.PodRunning, string(s.Phase)
+	})
+	if !rt.exit(pod.UID, "app", 0) {
+		t.Fatal("app not running")
+	}
+	ended := func(f *lifecycleFixture) func() (bool, string) {
+		return func() (bool, string) {
+			got, err := f.m.GetPod(context.Background(), "ns", "p")
+			if err != nil {
+				return false, err.Error()
+			}
+			s := got.Status
+			var sandboxReady corev1.ConditionStatus
+			for _, c := range s.Conditions {
+				if c.Type == corev1.PodReadyToStartContainers {
+					sandboxReady = c.Status
+				}
+			}
+			exited := len(s.ContainerStatuses) == 1 && s.ContainerStatuses[0].State.Terminated != nil
+			return s.Phase == corev1.PodSucceeded && rt.sandboxesStopped.Load() > 0 && s.PodIP == "10.0.0.5" &&
+					sandboxReady == corev1.ConditionFalse && exited,
+				fmt.Sprintf("%s, %d stops, IP %q, sandbox ready %q, containers %v", s.Phase, rt.sandboxesStopped.Load(), s.PodIP, sandboxReady, s.ContainerStatuses)
+		}
+	}
+	eventually(t, "the pod succeeded, its sandbox stopped, its IP and exit kept", ended(f))
+	ensured := rt.ensured.Load()
+	f.stop()
+	f = startLifecycleFixture(t, rt, root)
+	eventually(t, "the restarted agent reports the same", ended(f))
+	if rt.ensured.Load() != ensured {
+		t.Errorf("%d sandboxes set up, want %d: nothing of the pod that ended is set up again", rt.ensured.Load(), ensured)
+	}
+}
+
 // Once the only app container of a restartPolicy Never pod is being killed
 // for a failed liveness probe (its preStop hook running), the pod is
 // ending: a sidecar whose liveness probe fails is not killed for it, and a

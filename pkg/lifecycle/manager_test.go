@@ -62,6 +62,8 @@ type fakeRuntime struct {
 	failSandboxes atomic.Int32
 	// recursiveReadOnly: its handler makes mounts read-only recursively.
 	recursiveReadOnly bool
+	// sandboxesStopped counts StopSandbox calls.
+	sandboxesStopped atomic.Int32
 	// hooksTogether holds each "hook" exec until that many have begun (or
 	// for 2 seconds): hooks run at once get through together, hooks run
 	// one after the other each wait out the 2 seconds.
@@ -113,6 +115,19 @@ func (r *fakeRuntime) RemoveSandbox(_ context.Context, uid types.UID) error {
 	delete(r.sandboxes, uid)
 	if r.failRemove.Load() {
 		return errors.New("the agent died here")
+	}
+	return nil
+}
+
+// StopSandbox stops the pod's sandbox, its records kept: it is no longer
+// ready, and has no IPs (as containerd's stopped sandbox).
+func (r *fakeRuntime) StopSandbox(_ context.Context, uid types.UID) error {
+	r.sandboxesStopped.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sb := r.sandboxes[uid]; sb != nil {
+		sb.dead.Store(true)
+		sb.stopped.Store(true)
 	}
 	return nil
 }
@@ -174,6 +189,8 @@ type fakeSandbox struct {
 	rt   *fakeRuntime
 	uid  types.UID
 	dead atomic.Bool
+	// stopped: StopSandbox stopped it; it has no IPs.
+	stopped atomic.Bool
 	// dying: the sandbox died but Ready does not tell yet (a process
 	// runtime's sandbox that closed its socket and waits for its
 	// containers to die): container starts are refused with
@@ -188,7 +205,12 @@ type fakeSandbox struct {
 
 func (s *fakeSandbox) UID() types.UID { return s.uid }
 func (s *fakeSandbox) Ready() bool    { s.readyCalls.Add(1); return !s.dead.Load() }
-func (s *fakeSandbox) IPs() []string  { return s.rt.ips }
+func (s *fakeSandbox) IPs() []string {
+	if s.stopped.Load() {
+		return nil
+	}
+	return s.rt.ips
+}
 
 func (s *fakeSandbox) Container(name string) (ContainerStatus, bool) {
 	s.mu.Lock()

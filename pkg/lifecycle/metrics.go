@@ -170,8 +170,12 @@ func (s countedSandbox) ExecSync(ctx context.Context, container string, argv []s
 	return out, code, err
 }
 
-// RecursiveReadOnlyHandler is the counted runtime's (RecursiveReadOnlyMounts),
-// which the wrapping would otherwise hide.
-func (r countedRuntime) RecursiveReadOnlyHandler(pod *corev1.Pod) (string, bool) {
-	return recursiveReadOnlyHandler(r.Runtime, pod)
+// unwrapped is the runtime rt counts the operations of, with the metrics
+// it counts them in (nil when rt is not counted): what it implements
+// beyond Runtime is found there.
+func unwrapped(rt Runtime) (Runtime, *RuntimeMetrics) {
+	if c, ok := rt.(countedRuntime); ok {
+		return c.Runtime, c.m
+	}
+	return rt, nil
 }

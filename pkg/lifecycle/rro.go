@@ -49,7 +49,8 @@ func noPropagation(m Mount) bool {
 // recursiveReadOnlyHandler is what rt says of the handler that runs pod,
 // asked only when one of its mounts may be read-only recursively.
 func recursiveReadOnlyHandler(rt Runtime, pod *corev1.Pod) (string, bool) {
-	r, ok := rt.(RecursiveReadOnlyMounts)
+	inner, _ := unwrapped(rt)
+	r, ok := inner.(RecursiveReadOnlyMounts)
 	if !ok || !asksRecursiveReadOnly(pod) {
 		return "", false
 	}

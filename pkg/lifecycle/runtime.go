@@ -31,6 +31,17 @@ type Runtime interface {
 	OnExit(func(uid types.UID, container string))
 }
 
+// SandboxStopper is implemented by a runtime whose sandboxes hold what a
+// pod that ended gives back before it is deleted (its network namespace
+// and IPs, a pause process), as the kubelet stops a terminal pod's
+// sandbox. StopSandbox stops whatever runs in the pod's sandbox, and its
+// network, keeping its containers' records and logs; a sandbox stopped or
+// gone is no error. A runtime without it keeps the sandbox until the pod
+// is deleted.
+type SandboxStopper interface {
+	StopSandbox(ctx context.Context, uid types.UID) error
+}
+
 // Sandbox is one pod's sandbox: its containers' records and the calls that
 // act on them. Container names are the pod's; one container runs one
 // attempt at a time.

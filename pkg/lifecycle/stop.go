@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/pkg/lifecycle/probe"
 	"github.com/nodelet/nodelet/pkg/provider"
@@ -250,8 +251,11 @@ func (w *podWorker) unmountVolumes(ctx context.Context, pod *corev1.Pod) error {
 // kubelet's volume manager unmounts a terminated pod's volumes without
 // waiting for its deletion: a memory-backed emptyDir gives its memory
 // back, a CSI volume is unpublished. It says when to try again (0: done).
-// CSI volumes stay staged, and so in use, until the pod's sandbox goes
-// with its deletion: the sandbox's mount namespace may still hold them.
+// Its sandbox is stopped where the runtime can (its network and IPs given
+// back, its containers' records and logs kept), as the kubelet stops a
+// terminal pod's, and its CSI volumes are then unstaged too; elsewhere they
+// stay staged, and so in use, until the sandbox goes with the pod's
+// deletion: the sandbox's mount namespace may still hold them.
 // Done, it is saved, with the pod's status, so that a restarted agent
 // neither sets them up again nor runs the pod again.
 func (w *podWorker) tearDownEndedVolumes(ctx context.Context, pod *corev1.Pod) time.Duration {
@@ -259,12 +263,47 @@ func (w *podWorker) tearDownEndedVolumes(ctx context.Context, pod *corev1.Pod) t
 		w.logger(ctx).Error(err, "Tearing down the volumes of the pod that ended failed; retrying")
 		return retryAfter
 	}
+	stopped, err := w.stopSandbox(ctx, pod.UID)
+	if err != nil {
+		w.logger(ctx).Error(err, "Stopping the sandbox of the pod that ended failed; retrying")
+		return retryAfter
+	}
+	if mounter := w.deps.csi; stopped && mounter != nil {
+		// Nothing of the pod holds its CSI volumes any more.
+		if err := mounter.Release(ctx, pod.UID); err != nil {
+			w.unmountFailed(err)
+			w.logger(ctx).Error(err, "Unstaging the CSI volumes of the pod that ended failed; retrying")
+			return retryAfter
+		}
+	}
 	w.mu.Lock()
 	w.volumePaths, w.volumesTornDown = nil, true
 	w.mu.Unlock()
 	w.recordFinalStatus(ctx)
-	w.logger(ctx).V(2).Info("Tore down the volumes of the pod that ended")
+	w.logger(ctx).V(2).Info("Tore down the volumes of the pod that ended", "sandboxStopped", stopped)
 	return 0
+}
+
+// stopSandbox stops the pod's sandbox where the runtime can
+// (SandboxStopper), and says whether it did. The pod's status is kept as
+// its final one first: its IPs, which a stopped sandbox no longer has.
+func (w *podWorker) stopSandbox(ctx context.Context, uid types.UID) (bool, error) {
+	rt, m := unwrapped(w.deps.runtime)
+	s, ok := rt.(SandboxStopper)
+	if !ok {
+		return false, nil
+	}
+	w.mu.Lock()
+	kept := w.final != nil
+	w.mu.Unlock()
+	if !kept {
+		w.recordFinalStatus(ctx)
+	}
+	err := s.StopSandbox(ctx, uid)
+	if m != nil {
+		m.record("stop_podsandbox", err)
+	}
+	return err == nil, err
 }
 
 // unmountFailed records, once, a Warning Event saying why the pod's CSI

@@ -420,6 +420,14 @@ func (w *podWorker) viewOfLocked(pod *corev1.Pod, previous bool) *podView {
 		v.sandbox = w.sandbox.Ready()
 		v.podIPs = w.sandbox.IPs()
 	}
+	if len(v.podIPs) == 0 && !v.sandbox && w.final != nil {
+		// A sandbox stopped once the pod ended (and read again by a
+		// restarted agent) has no IPs: the pod keeps those it had, as
+		// the kubelet keeps an exited pod's.
+		for _, ip := range w.final.PodIPs {
+			v.podIPs = append(v.podIPs, ip.IP)
+		}
+	}
 	v.hostNetwork = pod.Spec.HostNetwork || (w.sandbox != nil && len(v.podIPs) == 0)
 	// Until a sandbox that died is replaced, its records are the pod's.
 	records := w.sandbox

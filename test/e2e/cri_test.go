@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/test/fault"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Images the tests run, as any cluster names them; the test registry
@@ -138,6 +140,34 @@ spec:
 	out = kubectl(t, "exec", "-n", ns, from.Name, "--", "wget", "-qO-", "http://"+net.JoinHostPort(to.Status.PodIP, "8080")+"/hostname")
 	if strings.TrimSpace(out) != to.Name {
 		t.Errorf("GET /hostname of %s from %s = %q, want %q", to.Status.PodIP, from.Name, out, to.Name)
+	}
+
+	// A pod that ended has its sandbox stopped, as the kubelet's (its
+	// network and IP given back), and keeps its IP in its status and its
+	// logs.
+	apply(t, ns, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: done}
+spec:
+  nodeName: %s
+  restartPolicy: Never
+  containers: [{name: c, image: %s, command: [sh, -c, "echo done"]}]
+`, node, busyboxImage))
+	eventually(t, time.Minute, "the pod that ended: Succeeded, its IP kept, its sandbox stopped", func() (bool, string) {
+		p := getPod(t, ns, "done")
+		var states []string
+		sbs, _ := c.runtimePods(t)
+		for _, sb := range sbs {
+			if sb.GetMetadata().GetName() == "done" {
+				states = append(states, sb.State.String())
+			}
+		}
+		ok := p.Status.Phase == corev1.PodSucceeded && subnet.Contains(net.ParseIP(p.Status.PodIP)) &&
+			slices.Equal(states, []string{runtimeapi.PodSandboxState_SANDBOX_NOTREADY.String()})
+		return ok, fmt.Sprintf("%s, IP %q, sandboxes %v", p.Status.Phase, p.Status.PodIP, states)
+	})
+	if out := kubectl(t, "logs", "-n", ns, "done"); strings.TrimSpace(out) != "done" {
+		t.Errorf("kubectl logs of the pod that ended = %q, want done", out)
 	}
 }
 

@@ -467,6 +467,39 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 	return nil
 }
 
+// StopSandbox stops the pod's sandboxes (lifecycle's SandboxStopper), as
+// the kubelet stops a terminal pod's: the runtime tears down their network
+// and ends their pause process, and keeps their containers, whose records
+// and logs the pod's status and kubectl logs still read.
+func (r *criRuntime) StopSandbox(ctx context.Context, uid types.UID) error {
+	rs, _, err := r.conn.services(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: podSelector(r.node.NodeName, uid)})
+	if err != nil {
+		return fmt.Errorf("list the pod's sandboxes: %w", err)
+	}
+	var errs []error
+	for _, s := range list {
+		if s.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		if err := rs.StopPodSandbox(ctx, s.Id); err != nil {
+			errs = append(errs, fmt.Errorf("stop sandbox %s: %w", s.Id, err))
+		}
+	}
+	r.mu.Lock()
+	sb := r.sandboxes[uid]
+	r.mu.Unlock()
+	if sb != nil && len(errs) == 0 {
+		sb.mu.Lock()
+		sb.ready = false
+		sb.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
 func (r *criRuntime) removeSandboxes(ctx context.Context, uid types.UID) error {
 	rs, _, err := r.conn.services(ctx)
 	if err != nil {
