@@ -92,13 +92,18 @@ func TestSkipsAreDocumented(t *testing.T) {
 func TestNodeSelection(t *testing.T) {
 	focus, skip := regexp.MustCompile(NodeFocus), regexp.MustCompile(NodeSkipRegexp())
 	for name, run := range map[string]bool{
-		"[sig-node] Summary API [NodeConformance] when querying /stats/summary should report resource usage through the stats api":  true,
-		"[sig-node] MirrorPod when create a mirror pod should be updated when static pod updated [NodeConformance]":                 true,
-		"[sig-node] Kubelet Endpoints [NodeConformance] [Serial] should return APIVersion and Kind fields in /configz":              false,
-		"[sig-node] Restart [Serial] [Slow] [Disruptive] Container Runtime should restart all containers [NodeConformance]":         false,
-		"[sig-node] MirrorPod with EnvFiles [NodeConformance] [FeatureGate:EnvFiles] [Alpha] [Feature:OffByDefault] should consume": false,
-		"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]":                                                      true,
-		"[sig-node] Lease lease API should be available [Conformance]":                                                              false,
+		"[sig-node] Summary API [NodeConformance] when querying /stats/summary should report resource usage through the stats api":                                                                                           true,
+		"[sig-node] MirrorPod when create a mirror pod should be updated when static pod updated [NodeConformance]":                                                                                                          true,
+		"[sig-node] Kubelet Endpoints [NodeConformance] [Serial] should return APIVersion and Kind fields in /configz":                                                                                                       true,
+		"[sig-node] Kubelet Endpoints [NodeConformance] [Serial] when config is updated should be reflected in /configz":                                                                                                     false,
+		"[sig-node] GarbageCollect [Serial] [NodeConformance] Garbage Collection Test: One Non-restarting Container Should eventually garbage collect containers when we exceed the number of dead containers per container": true,
+		"[sig-node] ImageGarbageCollect [Serial] [NodeConformance] when ImageMaximumGCAge is set should GC unused images":                                                                                                    false,
+		"[sig-node] MirrorPod [Serial] when kubelet restarts should not change container status [NodeConformance]":                                                                                                           false,
+		"[sig-node] [NodeConformance] [Serial] Containers Lifecycle when A node running restartable init containers reboots should restart the containers in right order after the node reboot":                              false,
+		"[sig-node] Restart [Serial] [Slow] [Disruptive] Container Runtime should restart all containers [NodeConformance]":                                                                                                  false,
+		"[sig-node] MirrorPod with EnvFiles [NodeConformance] [FeatureGate:EnvFiles] [Alpha] [Feature:OffByDefault] should consume":                                                                                          false,
+		"[sig-node] Pods should get a host IP [NodeConformance] [Conformance]":                                                                                                                                               true,
+		"[sig-node] Lease lease API should be available [Conformance]":                                                                                                                                                       false,
 	} {
 		if got := focus.MatchString(name) && !skip.MatchString(name); got != run {
 			t.Errorf("%q: run %v, want %v", name, got, run)

@@ -20,16 +20,22 @@ func NodeSmokeFocus() string { return focusOf(NodeSmoke) }
 
 // NodeSkips are the specs of NodeFocus that the node conformance run does
 // not run, each with its reason; docs/conformance.md lists them between
-// NodeSkipTableStart and NodeSkipTableEnd. The first three are what
-// upstream's own node conformance image skips
-// (test/e2e_node/conformance/build/Dockerfile skips [Flaky] and [Serial]),
-// and [Disruptive] specs are [Serial] too.
+// NodeSkipTableStart and NodeSkipTableEnd. [Flaky] and [Disruptive] are
+// what upstream's own node conformance image skips
+// (test/e2e_node/conformance/build/Dockerfile, which skips [Serial] too);
+// the run goes further and runs the [Serial] specs, one at a time after the
+// rest (ginkgo's Serial decorator), but for those that restart the kubelet,
+// which --conformance mode cannot do to an agent it did not start.
 var NodeSkips = []Skip{
-	{`\[Serial\]`, "needs the node to itself, and most of these specs stop and restart the kubelet with another configuration through systemd (restartKubelet, withStoppedKubelet, updateKubeletConfig), which --conformance mode cannot do to an agent it did not start; upstream's node conformance image skips them too"},
 	{`\[Disruptive\]`, "stops or restarts the kubelet or the container runtime through systemd (and every such spec is [Serial] as well)"},
 	{`\[Flaky\]`, "marked flaky upstream; upstream's node conformance image skips them"},
 	{`\[Feature:[^\]]*\]`, "needs an alpha or beta feature gate that is off by default in v1.36 (WithFeatureGate marks those [Feature:OffByDefault]), which neither the control plane nor the node turns on"},
+	{`Kubelet Endpoints .*when config is updated|KubletTLS .*certificate reload|ReloadKubeletClientCAFileTest|ImageGarbageCollect|OOMKiller .*The containers terminated by OOM killer`, restartsKubelet + ", with another configuration (updateKubeletConfig, tempSetCurrentKubeletConfig)"},
+	{`restartable init containers reboots|MirrorPod .*when kubelet restarts|StaticPod .*kubelet restarts`, restartsKubelet + " (restartKubelet, or a node reboot it imitates by stopping the kubelet and removing its containers)"},
 }
+
+// restartsKubelet is why a [Serial] spec of the node suite does not run.
+const restartsKubelet = "[Serial]: stops and starts the kubelet through systemd, which --conformance mode cannot do to an agent it did not start (the suite has no way to restart nodelet)"
 
 // The markers around the table of NodeSkips in docs/conformance.md.
 const (
