@@ -472,13 +472,9 @@ func (r *criRuntime) RemoveSandbox(ctx context.Context, uid types.UID) error {
 // and ends their pause process, and keeps their containers, whose records
 // and logs the pod's status and kubectl logs still read.
 func (r *criRuntime) StopSandbox(ctx context.Context, uid types.UID) error {
-	rs, _, err := r.conn.services(ctx)
+	rs, list, err := r.podSandboxes(ctx, uid)
 	if err != nil {
 		return err
-	}
-	list, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: podSelector(r.node.NodeName, uid)})
-	if err != nil {
-		return fmt.Errorf("list the pod's sandboxes: %w", err)
 	}
 	var errs []error
 	for _, s := range list {
@@ -500,14 +496,24 @@ func (r *criRuntime) StopSandbox(ctx context.Context, uid types.UID) error {
 	return errors.Join(errs...)
 }
 
-func (r *criRuntime) removeSandboxes(ctx context.Context, uid types.UID) error {
+// podSandboxes lists the pod's sandboxes in the runtime, with the
+// runtime service that listed them.
+func (r *criRuntime) podSandboxes(ctx context.Context, uid types.UID) (internalapi.RuntimeService, []*runtimeapi.PodSandbox, error) {
 	rs, _, err := r.conn.services(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	list, err := rs.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: podSelector(r.node.NodeName, uid)})
 	if err != nil {
-		return fmt.Errorf("list the pod's sandboxes: %w", err)
+		return nil, nil, fmt.Errorf("list the pod's sandboxes: %w", err)
+	}
+	return rs, list, nil
+}
+
+func (r *criRuntime) removeSandboxes(ctx context.Context, uid types.UID) error {
+	rs, list, err := r.podSandboxes(ctx, uid)
+	if err != nil {
+		return err
 	}
 	containers, err := rs.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: podSelector(r.node.NodeName, uid)})
 	if err != nil {
