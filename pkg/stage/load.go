@@ -1,0 +1,163 @@
+package stage
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kwokv1alpha1 "sigs.k8s.io/kwok/pkg/apis/v1alpha1"
+	"sigs.k8s.io/yaml"
+)
+
+// Load reads the Stages of YAML files (several documents each, as in
+// kwok's --config files) and of the .yaml, .yml and .json files of
+// directories, in name order. Documents of other kinds are skipped.
+// Every error names the file, and the stage where there is one.
+func Load(paths ...string) ([]*kwokv1alpha1.Stage, error) {
+	var out []*kwokv1alpha1.Stage
+	var errs []error
+	for _, p := range paths {
+		files, err := filesOf(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stages: %w", err))
+				continue
+			}
+			stages, err := Decode(data)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stages: %s: %w", f, err))
+			}
+			out = append(out, stages...)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func filesOf(p string) ([]string, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	if !fi.IsDir() {
+		return []string{p}, nil
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".yaml", ".yml", ".json":
+			if !e.IsDir() {
+				out = append(out, filepath.Join(p, e.Name()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Decode reads the Stages of YAML or JSON documents, strictly (an
+// unknown field is an error naming the stage), skipping other kinds.
+func Decode(data []byte) ([]*kwokv1alpha1.Stage, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var out []*kwokv1alpha1.Stage
+	var errs []error
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
+			continue
+		}
+		if head.Kind == "" && head.APIVersion == "" {
+			continue // a comment-only document
+		}
+		if head.Kind != kwokv1alpha1.StageKind {
+			continue
+		}
+		if head.APIVersion != kwokv1alpha1.GroupVersion.String() {
+			errs = append(errs, fmt.Errorf("stage %q: apiVersion %q is not %s", head.Metadata.Name, head.APIVersion, kwokv1alpha1.GroupVersion))
+			continue
+		}
+		s := &kwokv1alpha1.Stage{}
+		if err := yaml.UnmarshalStrict(doc, s); err != nil {
+			errs = append(errs, fmt.Errorf("stage %q: %w", head.Metadata.Name, err))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, errors.Join(errs...)
+}
+
+// LoadLifecycle is the compiled stages of Load's files; an error names
+// the file and the stage.
+func LoadLifecycle(paths ...string) (Lifecycle, error) {
+	var out Lifecycle
+	var errs []error
+	for _, p := range paths {
+		files, err := filesOf(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range files {
+			stages, err := Load(f)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			l, err := CompileAll(stages)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stages: %s: %w", f, err))
+			}
+			out = append(out, l...)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// CompileAll compiles stages, skipping those kwok ignores (no
+// selector); the error joins those of every stage at fault.
+func CompileAll(stages []*kwokv1alpha1.Stage) (Lifecycle, error) {
+	var out Lifecycle
+	var errs []error
+	for _, in := range stages {
+		s, err := Compile(in)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out, errors.Join(errs...)
+}
