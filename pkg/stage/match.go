@@ -336,4 +336,3 @@ func durationOf(value *time.Duration, from *gojq.Code, obj *Object, now time.Tim
 	}
 	return *value, true
 }
-
