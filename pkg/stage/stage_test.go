@@ -582,5 +582,4 @@ func writeFile(t *testing.T, name, data string) {
 	}
 }
 
-
 func writeFileErr(name, data string) error { return os.WriteFile(name, []byte(data), 0o644) }
