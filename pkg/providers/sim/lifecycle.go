@@ -27,6 +27,7 @@ const (
 	stepExit
 	stepRestart
 	stepTerminate
+	stepStage // play st.stage
 )
 
 // backOff is the wait before restarting containers that have restarted
@@ -169,6 +170,15 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 		}
 		p.startLocked(st, at)
 		logger.V(4).Info("Simulated pod is running", "pod", klog.KObj(st.pod))
+	case stepStage:
+		if p.pingError() != nil {
+			// A wedged node plays nothing, as it terminates nothing.
+			st.stepAt = at.Add(volumeRecheck)
+			st.step = stepStage
+			return
+		}
+		p.playLocked(logger, st, at)
+		return // playLocked notifies what changed
 	case stepExit:
 		p.exitLocked(logger, st, at)
 	case stepRestart:

@@ -31,6 +31,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/stage"
 )
 
 var (
@@ -128,6 +129,18 @@ type Options struct {
 	// with a *provider.Rejection.
 	Pressure func(node *corev1.Node)
 	Admit    func(pod *corev1.Pod) error
+	// Stages, when it holds stages for Pods (kwok's Stage objects), plays
+	// the pods' lifecycles in place of StartDelay, StartJitter,
+	// DeleteDelay, DeleteJitter, CompleteRatio, FailRatio, RunDuration and
+	// RunJitter, which must then be left at 0 (see stages.go). Its other
+	// stages are ignored.
+	Stages stage.Lifecycle
+	// Events records the Events of stages; nil drops them.
+	Events EventRecorder
+	// API carries out the finalizer and other patches of stages and their
+	// delete of a pod not being deleted; nil skips them (a patch then
+	// changes only the provider's copy of the pod).
+	API StageAPI
 }
 
 // Volumes says which volumes a pod needs attached and whether they are:
@@ -201,6 +214,21 @@ func (o *Options) validate() error {
 	if o.CompleteRatio+o.FailRatio > 1+ratioSlack {
 		errs = append(errs, fmt.Errorf("complete ratio %v and fail ratio %v must not add up to more than 1", o.CompleteRatio, o.FailRatio))
 	}
+	if len(o.Stages.For("v1", "Pod")) > 0 {
+		for _, d := range []struct {
+			name string
+			set  bool
+		}{
+			{"start delay", o.StartDelay != 0}, {"start jitter", o.StartJitter != 0},
+			{"delete delay", o.DeleteDelay != 0}, {"delete jitter", o.DeleteJitter != 0},
+			{"complete ratio", o.CompleteRatio != 0}, {"fail ratio", o.FailRatio != 0},
+			{"run duration", o.RunDuration != 0}, {"run jitter", o.RunJitter != 0},
+		} {
+			if d.set {
+				errs = append(errs, fmt.Errorf("%s: cannot be combined with stages, which play the pods' lifecycles", d.name))
+			}
+		}
+	}
 	if err := o.Usage.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -246,6 +274,9 @@ type Provider struct {
 	conds []nodeCond // the entries of opts.NodeConditions this node shows
 	// podCIDR is opts.PodCIDR in canonical form, the node's spec.podCIDR.
 	podCIDR string
+	// podStages are the stages of opts.Stages for Pods; with any, they
+	// play the pods' lifecycles.
+	podStages stage.Lifecycle
 
 	mu       sync.Mutex
 	pods     map[string]*simPod // by namespace/name
@@ -308,6 +339,14 @@ type simPod struct {
 	// meters keep the pod's cumulative CPU (first) and its containers',
 	// in spec order, once its usage was sampled.
 	meters []cpuMeter
+
+	// With stages: stage is the one to play at stepAt (step stepStage),
+	// podIP the pod's IP for the templates, and plays how many stages the
+	// pod played at the instant playsAt.
+	stage   *stage.Stage
+	podIP   string
+	plays   int
+	playsAt time.Time
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -330,14 +369,15 @@ func New(opts Options) (*Provider, error) {
 	}
 	opts.Usage.setDefaults()
 	return &Provider{
-		opts:    opts,
-		clock:   opts.Clock,
-		started: opts.Clock.Now(),
-		conds:   nodeConds(opts.NodeName, opts.NodeConditions),
-		podCIDR: ips.prefix.String(),
-		pods:    make(map[string]*simPod),
-		ips:     ips,
-		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		opts:      opts,
+		clock:     opts.Clock,
+		started:   opts.Clock.Now(),
+		conds:     nodeConds(opts.NodeName, opts.NodeConditions),
+		podCIDR:   ips.prefix.String(),
+		podStages: opts.Stages.For("v1", "Pod"),
+		pods:      make(map[string]*simPod),
+		ips:       ips,
+		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}, nil
 }
 
@@ -372,6 +412,14 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("create pod %s: %w", klog.KObj(pod), err)
+	}
+	if p.staged() {
+		// The pod as the API has it; the stages give it its status.
+		st := &simPod{pod: withOwnStatus(pod), req: req, ip: off, podIP: ip.String()}
+		if st.pod.Status.Phase == "" {
+			st.pod.Status.Phase = corev1.PodPending // as the API server creates it
+		}
+		return p.startStagedLocked(ctx, st, now)
 	}
 	st := &simPod{
 		pod:          withOwnStatus(pod),
@@ -447,6 +495,11 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 		st.ip, s.PodIP, s.PodIPs = off, ip.String(), []corev1.PodIP{{IP: ip.String()}}
 	}
+	if p.staged() {
+		// Its status is the stages' so far; they go on from it.
+		st.podIP = s.PodIP
+		return p.startStagedLocked(ctx, st, now)
+	}
 	if s.HostIP == "" && p.opts.Address != "" {
 		s.HostIP, s.HostIPs = p.opts.Address, []corev1.HostIP{{IP: p.opts.Address}}
 	}
@@ -506,8 +559,14 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := sameUID(st, pod); err != nil {
 		return fmt.Errorf("update: %w", err)
 	}
+	old := st.pod
 	st.pod = &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st.pod.Status}
-	klog.FromContext(ctx).V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
+	logger := klog.FromContext(ctx)
+	logger.V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
+	if p.staged() && stagedMetaChanged(old, st.pod) {
+		// As kwok, which matches a pod again whenever it changes.
+		p.rematchLater(logger, st, p.clock.Now())
+	}
 	return nil
 }
 
@@ -533,6 +592,9 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		if pod.DeletionGracePeriodSeconds != nil {
 			st.pod.DeletionGracePeriodSeconds = ptr(*pod.DeletionGracePeriodSeconds)
 		}
+	}
+	if p.staged() {
+		return p.deleteStagedLocked(logger, st, pod, now)
 	}
 	var delay time.Duration
 	if !st.finished {

@@ -1,0 +1,305 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/pkg/podrules"
+	"github.com/nodelet/nodelet/pkg/stage"
+)
+
+// With Options.Stages, a pod's life is kwok's: the provider matches the
+// pod against the stages for Pods each time it changes, waits the delay
+// of the stage chosen, then plays it: its status template, rendered and
+// merged into the pod's status as the API server merges kwok's patch, is
+// what the provider reports; its events go to Options.Events; its
+// finalizer and other patches, and the delete of a pod not being
+// deleted, go to Options.API; its delete of a pod being deleted ends the
+// pod in the provider, which the pod controller then deletes from the
+// API. The pod is matched again after every stage that changed it (kwok
+// matches again when it sees its own patch), so a chain of stages plays
+// on by itself. The step machinery (one step ahead, one timer) is the
+// built-in lifecycle's, with one more kind of step.
+
+// EventRecorder records the Events of stages on pods.
+type EventRecorder interface {
+	Event(object runtime.Object, eventtype, reason, message string)
+}
+
+// StageAPI carries out what stages do to a pod in the API server.
+type StageAPI interface {
+	// PatchPod patches the pod (not its status): its finalizers, or a
+	// stage's own patches.
+	PatchPod(ctx context.Context, pod *corev1.Pod, pt types.PatchType, data []byte) error
+	// DeletePod deletes the pod (grace period 0, this UID only).
+	DeletePod(ctx context.Context, pod *corev1.Pod) error
+}
+
+// maxPlaysAtOnce bounds how many stages a pod plays at one instant: a
+// stage with no delay that matches again after it played (writing the
+// time into the status, say) would else play for ever.
+const maxPlaysAtOnce = 64
+
+// stageAPITimeout bounds each call of Options.API.
+const stageAPITimeout = 30 * time.Second
+
+// staged tells whether stages play the pods' lifecycles.
+func (p *Provider) staged() bool { return len(p.podStages) > 0 }
+
+// matchLocked chooses the next stage of the pod at now, and when it is
+// due: the pod's next step, or none if no stage matches. The caller holds
+// the lock.
+func (p *Provider) matchLocked(logger klog.Logger, st *simPod, now time.Time) {
+	st.step, st.stage = stepNone, nil
+	obj, err := stage.NewObject(st.pod)
+	if err != nil {
+		logger.Error(err, "Cannot match the simulated pod against stages", "pod", klog.KObj(st.pod))
+		return
+	}
+	s := p.podStages.Match(obj, p.rng)
+	if s == nil {
+		return
+	}
+	d := max(s.Delay(obj, now, p.rng), 0)
+	st.step, st.stage, st.stepAt = stepStage, s, now.Add(d)
+	logger.V(5).Info("Simulated pod matched a stage", "pod", klog.KObj(st.pod), "stage", s.Name(), "delay", d)
+}
+
+// stageEnv is what the templates of the pod's stages see.
+func (p *Provider) stageEnv(st *simPod, at time.Time) *stage.Env {
+	env := &stage.Env{
+		Now: at, StartTime: p.started,
+		NodeName: p.opts.NodeName, NodePort: p.opts.Port, Version: p.opts.Version,
+	}
+	if p.opts.Address != "" {
+		env.NodeIPs = []string{p.opts.Address}
+	}
+	if st.podIP != "" {
+		env.PodIPs = []string{st.podIP}
+	}
+	return env
+}
+
+// playLocked plays the pod's stage at `at`, then matches the pod again if
+// the stage changed it. The caller holds the lock and then calls
+// unlockAndNotify.
+func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
+	s := st.stage
+	st.stage = nil
+	if s == nil {
+		return
+	}
+	logger = logger.WithValues("pod", klog.KObj(st.pod), "stage", s.Name())
+	raw, err := json.Marshal(st.pod)
+	if err != nil {
+		logger.Error(err, "Cannot play stage")
+		return
+	}
+	obj, err := stage.NewObject(raw)
+	if err != nil {
+		logger.Error(err, "Cannot play stage")
+		return
+	}
+	actions, err := s.Next(obj, p.stageEnv(st, at))
+	if err != nil {
+		// As kwok: the stage is not played, the pod waits for a change.
+		logger.Error(err, "Cannot play stage")
+		return
+	}
+	var effects []func(context.Context)
+	statusChanged, changed := false, false
+	for _, a := range actions {
+		switch {
+		case a.Event != nil:
+			if rec := p.opts.Events; rec != nil {
+				pod, e := st.pod, *a.Event
+				effects = append(effects, func(context.Context) { rec.Event(pod, e.Type, e.Reason, e.Message) })
+			}
+		case a.Delete:
+			if st.pod.DeletionTimestamp != nil {
+				p.endStagedLocked(st)
+				logger.V(4).Info("Simulated pod terminated by its stage")
+				p.runEffects(logger, effects)
+				return
+			}
+			if api := p.opts.API; api != nil {
+				pod := st.pod
+				effects = append(effects, func(ctx context.Context) {
+					if err := api.DeletePod(ctx, pod); err != nil {
+						logger.Error(err, "Stage could not delete the pod")
+					}
+				})
+			} else {
+				logger.Info("Stage deletes a pod that is not being deleted, but the provider has no API client; skipped")
+			}
+		case a.Patch != nil:
+			out, err := stage.Apply(raw, "Pod", a.Patch)
+			if err != nil {
+				logger.Error(err, "Cannot apply the stage's patch", "subresource", a.Patch.Subresource)
+				continue
+			}
+			var next corev1.Pod
+			if err := json.Unmarshal(out, &next); err != nil {
+				logger.Error(err, "Cannot apply the stage's patch", "subresource", a.Patch.Subresource)
+				continue
+			}
+			raw = out
+			if a.Patch.Subresource == "status" {
+				if !equality.Semantic.DeepEqual(st.pod.Status, next.Status) {
+					st.pod.Status = next.Status
+					statusChanged, changed = true, true
+				}
+				continue
+			}
+			if !equality.Semantic.DeepEqual(st.pod.ObjectMeta, next.ObjectMeta) {
+				// A new pod value: metadata is shared with the callers of
+				// GetPod (see withOwnStatus), never changed in place.
+				st.pod = &corev1.Pod{TypeMeta: st.pod.TypeMeta, ObjectMeta: next.ObjectMeta, Spec: st.pod.Spec, Status: st.pod.Status}
+				changed = true
+			}
+			if api := p.opts.API; api != nil {
+				pod, pt, data := st.pod, a.Patch.Type, a.Patch.Data
+				effects = append(effects, func(ctx context.Context) {
+					if err := api.PatchPod(ctx, pod, pt, data); err != nil {
+						logger.Error(err, "Stage could not patch the pod")
+					}
+				})
+			} else {
+				logger.Info("Stage patches the pod, but the provider has no API client; only its copy is changed")
+			}
+		}
+	}
+	p.runEffects(logger, effects)
+	logger.V(4).Info("Simulated pod played a stage", "phase", st.pod.Status.Phase)
+	if statusChanged {
+		if podrules.IsFinal(st.pod.Status.Phase) && !st.finished {
+			p.finishLocked(st)
+		}
+		p.queueNotify(st.pod)
+	}
+	if !changed {
+		return // as kwok, which sees no change and so plays nothing more
+	}
+	if at.Equal(st.playsAt) {
+		st.plays++
+	} else {
+		st.playsAt, st.plays = at, 1
+	}
+	if st.plays >= maxPlaysAtOnce {
+		logger.Info("Simulated pod played too many stages at one instant; it waits for its next change", "plays", st.plays)
+		return
+	}
+	p.matchLocked(logger, st, at)
+}
+
+// runEffects carries out, in order and in a goroutine of their own, what
+// a stage does outside the provider.
+func (p *Provider) runEffects(logger klog.Logger, effects []func(context.Context)) {
+	if len(effects) == 0 {
+		return
+	}
+	p.async(func() {
+		for _, e := range effects {
+			ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logger), stageAPITimeout)
+			e(ctx)
+			cancel()
+		}
+	})
+}
+
+// endStagedLocked removes a pod a stage deleted, releasing what it held;
+// its status stays as the stages left it. The caller holds the lock and
+// then calls unlockAndNotify.
+func (p *Provider) endStagedLocked(st *simPod) {
+	delete(p.pods, key(st.pod.Namespace, st.pod.Name))
+	p.volumesChanged = p.volumesChanged || (len(st.volumes) > 0 && !st.finished)
+	if st.finished {
+		p.finished--
+	} else {
+		p.used.Sub(st.req)
+		p.ips.release(st.ip)
+		st.ip = 0
+	}
+	st.step = stepNone
+	p.queueNotify(st.pod)
+}
+
+// stagedMetaChanged tells whether an update of the pod changes what
+// stages may select on: its labels, annotations, finalizers, owners or
+// deletion.
+func stagedMetaChanged(old, updated *corev1.Pod) bool {
+	return !equality.Semantic.DeepEqual(old.Labels, updated.Labels) ||
+		!equality.Semantic.DeepEqual(old.Annotations, updated.Annotations) ||
+		!equality.Semantic.DeepEqual(old.Finalizers, updated.Finalizers) ||
+		!equality.Semantic.DeepEqual(old.OwnerReferences, updated.OwnerReferences) ||
+		!equality.Semantic.DeepEqual(old.DeletionTimestamp, updated.DeletionTimestamp)
+}
+
+// startStagedLocked adds a pod that stages play and sets its first
+// stage. The caller holds the lock, which is released.
+func (p *Provider) startStagedLocked(ctx context.Context, st *simPod, now time.Time) error {
+	logger := klog.FromContext(ctx)
+	p.pods[key(st.pod.Namespace, st.pod.Name)] = st
+	p.used.Add(st.req)
+	p.volumesAttachedLocked(logger, st) // resolves its volumes: in use from now
+	p.matchLocked(logger, st, now)
+	gen, pending := st.gen, st.step != stepNone
+	p.unlockAndNotify()
+	logger.V(4).Info("Simulated pod follows its stages", "pod", klog.KObj(st.pod), "podIP", st.podIP)
+	if pending {
+		p.schedule(logger, st, gen)
+	}
+	return nil
+}
+
+// rematchLater replaces the pod's schedule by its stage from now, armed
+// in a goroutine of its own. The caller holds the lock.
+func (p *Provider) rematchLater(logger klog.Logger, st *simPod, now time.Time) {
+	st.gen++
+	old := cancelLocked(&st.timer)
+	p.matchLocked(logger, st, now)
+	gen := st.gen
+	p.async(func() {
+		stopTimer(old)
+		p.schedule(logger, st, gen)
+	})
+}
+
+// deleteStagedLocked is DeletePod for a pod that stages play: with no
+// grace left the pod ends at once (the API has deleted it, or was told
+// to at once); else it is matched again, deleted, and its stages (kwok's
+// pod-delete) say when it ends. The caller holds the lock, which is
+// released.
+func (p *Provider) deleteStagedLocked(logger klog.Logger, st *simPod, pod *corev1.Pod, now time.Time) error {
+	if g, ok := podrules.GracePeriod(pod); ok && g <= 0 {
+		st.gen++
+		old := cancelLocked(&st.timer)
+		p.endStagedLocked(st)
+		p.unlockAndNotify()
+		stopTimer(old)
+		logger.V(4).Info("Simulated pod terminated at once", "pod", klog.KObj(pod))
+		return nil
+	}
+	if st.deleting {
+		p.mu.Unlock()
+		return nil
+	}
+	st.deleting = true
+	st.gen++
+	old := cancelLocked(&st.timer)
+	p.matchLocked(logger, st, now)
+	gen, pending := st.gen, st.step != stepNone
+	p.mu.Unlock()
+	stopTimer(old)
+	if pending {
+		p.schedule(logger, st, gen)
+	}
+	return nil
+}
