@@ -1,16 +1,21 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/providers/sim"
+	"github.com/nodelet/nodelet/pkg/stage"
 )
 
 // providerFunc makes the provider of each node as cfg.Provider says: the
@@ -32,7 +37,13 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
 		})
 	}
+	// The stage files were checked with the config; read once, the
+	// compiled stages are shared by every node.
+	stages, stagesErr := stage.LoadLifecycle(cfg.Sim.Stages...)
 	return func(env *agent.Env) (agent.Provider, error) {
+		if stagesErr != nil {
+			return nil, fmt.Errorf("sim provider: %w", stagesErr)
+		}
 		name, i := env.Node.Name, env.Node.Index
 		seed := fnv.New64a()
 		seed.Write([]byte(name)) // each node draws its own jitter, the same on every run
@@ -78,6 +89,12 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 		if env.Volumes != nil {
 			opts.Volumes = env.Volumes
 		}
+		if len(stages) > 0 {
+			opts.Stages, opts.Events = stages, env.Recorder
+			if env.Client != nil {
+				opts.API = stageAPI{env.Client}
+			}
+		}
 		p, err := sim.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("sim provider: %w", err)
@@ -110,4 +127,21 @@ func takenNode(cfg *config.Config, layout *nodeLayout, n *corev1.Node) (address,
 		capacity = n.Status.Allocatable.DeepCopy()
 	}
 	return address, podCIDR, capacity
+}
+
+// stageAPI carries out, with the agent's client, what stages do to a pod
+// in the API server.
+type stageAPI struct{ client kubernetes.Interface }
+
+func (a stageAPI) PatchPod(ctx context.Context, pod *corev1.Pod, pt types.PatchType, data []byte) error {
+	_, err := a.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, pt, data, metav1.PatchOptions{})
+	return err
+}
+
+func (a stageAPI) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	var zero int64
+	return a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero,
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
 }

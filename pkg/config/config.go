@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nodelet/nodelet/pkg/eviction"
+	"github.com/nodelet/nodelet/pkg/stage"
 )
 
 const (
@@ -429,6 +430,14 @@ type SimConfig struct {
 	// for the whole pod) set its usage outright, and may be changed while
 	// it runs.
 	Usage SimUsage `json:"usage,omitempty"`
+	// Stages are YAML files, or directories of them, holding kwok's Stage
+	// objects (kwok.x-k8s.io/v1alpha1; other kinds, such as a
+	// KwokConfiguration in the same file, are skipped). Their stages for
+	// Pods play the pods' lifecycles, as kwok plays them, in place of
+	// startDelay, startJitter, deleteDelay, deleteJitter, completeRatio,
+	// failRatio, runDuration and runJitter, which must then be left
+	// unset. Default none: the built-in lifecycle.
+	Stages []string `json:"stages,omitempty"`
 }
 
 // SimUsage is how simulated pods use CPU and memory when no annotation
@@ -951,6 +960,7 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 	for i := range s.NodeConditions {
 		errs = append(errs, s.NodeConditions[i].validate(p.Child("nodeConditions").Index(i))...)
 	}
+	errs = append(errs, s.validateStages(p)...)
 	if s.NodeAddresses != "" {
 		for _, msg := range utilvalidation.IsValidCIDR(p.Child("nodeAddresses"), s.NodeAddresses) {
 			errs = append(errs, msg)
@@ -1128,4 +1138,45 @@ func ValidationError(source string, errs field.ErrorList) error {
 		return nil
 	}
 	return fmt.Errorf("%w (%s): %v", ErrInvalid, source, errs.ToAggregate())
+}
+
+// validateStages loads and compiles the stage files: an error names the
+// file, the stage and its field. Pod stages replace the pod lifecycle
+// settings, which must then be unset.
+func (s *SimConfig) validateStages(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	podStages := 0
+	for i, path := range s.Stages {
+		ip := p.Child("stages").Index(i)
+		if path == "" {
+			errs = append(errs, field.Invalid(ip, path, "must not be empty"))
+			continue
+		}
+		l, err := stage.LoadLifecycle(path)
+		if err != nil {
+			errs = append(errs, field.Invalid(ip, path, err.Error()))
+			continue
+		}
+		podStages += len(l.For("v1", "Pod"))
+	}
+	if podStages == 0 {
+		return errs
+	}
+	for _, d := range []struct {
+		name string
+		set  bool
+	}{
+		{"startDelay", s.StartDelay.Duration != 0}, {"startJitter", s.StartJitter.Duration != 0},
+		{"deleteDelay", s.DeleteDelay.Duration != 0}, {"deleteJitter", s.DeleteJitter.Duration != 0},
+		{"completeRatio", s.CompleteRatio != 0}, {"failRatio", s.FailRatio != 0},
+		// runDuration defaults to 10s beside either ratio: that one is
+		// said once.
+		{"runDuration", s.RunDuration.Duration != 0 && s.CompleteRatio == 0 && s.FailRatio == 0},
+		{"runJitter", s.RunJitter.Duration != 0},
+	} {
+		if d.set {
+			errs = append(errs, field.Forbidden(p.Child(d.name), "must be unset when sim.stages has stages for Pods, which play the pods' lifecycles"))
+		}
+	}
+	return errs
 }

@@ -185,6 +185,50 @@ func TestValidateSim(t *testing.T) {
 	}
 }
 
+func TestValidateSimStages(t *testing.T) {
+	kwokFast := filepath.Join("..", "stage", "testdata", "kwok", "pod", "fast")
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata: {name: broken}\nspec:\n  resourceRef: {apiGroup: v1, kind: Pod}\n  selector: {matchExpressions: [{key: '.status.[', operator: In, values: [x]}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		sim     func(*SimConfig)
+		wantErr []string // field paths
+		wantMsg []string
+	}{
+		{name: "kwok's pod/fast", sim: func(s *SimConfig) { s.Stages = []string{kwokFast} }},
+		{name: "bad stage file", sim: func(s *SimConfig) { s.Stages = []string{kwokFast, bad} },
+			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{bad, `stage "broken"`, "spec.selector.matchExpressions[0]"}},
+		{name: "missing and empty", sim: func(s *SimConfig) { s.Stages = []string{"/no/such/stages", ""} },
+			wantErr: []string{"sim.stages[0]", "sim.stages[1]"}},
+		{name: "beside the pod lifecycle settings", sim: func(s *SimConfig) {
+			s.Stages = []string{kwokFast}
+			s.StartDelay.Duration, s.CompleteRatio = time.Second, 0.5
+		}, wantErr: []string{"sim.startDelay", "sim.completeRatio"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{NodeName: "n"}
+			tt.sim(&c.Sim)
+			SetDefaults(c)
+			errs := c.Validate()
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Field)
+			}
+			if strings.Join(got, ",") != strings.Join(tt.wantErr, ",") {
+				t.Errorf("errors on %v, want %v: %v", got, tt.wantErr, errs)
+			}
+			for _, m := range tt.wantMsg {
+				if !strings.Contains(errs.ToAggregate().Error(), m) {
+					t.Errorf("errors %v do not say %q", errs, m)
+				}
+			}
+		})
+	}
+}
+
 func TestSimTopologyDefaults(t *testing.T) {
 	c := Default()
 	if len(c.Sim.Zones) != 0 || c.Sim.Region != "" || c.Sim.InstanceType != "nodelet-sim" {

@@ -1,0 +1,63 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodelet/nodelet/pkg/agent"
+	"github.com/nodelet/nodelet/pkg/config"
+	"github.com/nodelet/nodelet/pkg/provider"
+)
+
+// With sim.stages, the sim providers play kwok's stages: a pod of
+// kwok's pod/fast set runs, and its deletion's stage ends it.
+func TestSimProviderStages(t *testing.T) {
+	cfg := config.Default()
+	cfg.NodeName = "sim"
+	cfg.Sim.Stages = []string{filepath.Join("..", "..", "pkg", "stage", "testdata", "kwok", "pod", "fast")}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	layout, err := newNodeLayout(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newProvider := simProvider(cfg, layout)
+	client := fake.NewClientset()
+	p, err := newProvider(&agent.Env{Node: agent.NodeInfo{Name: "sim"}, Client: client,
+		Admit: func(*corev1.Pod) error { return nil }, NodeConditions: func(*corev1.Node) {}, NotReady: func() string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"},
+		Spec:       corev1.PodSpec{NodeName: "sim", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.GetPod(ctx, "ns", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.PodRunning || got.Status.PodIP == "" {
+		t.Errorf("phase %s, pod IP %q; want Running with an IP from pod-ready", got.Status.Phase, got.Status.PodIP)
+	}
+	var grace int64 = 30
+	del := pod.DeepCopy()
+	del.DeletionTimestamp, del.DeletionGracePeriodSeconds = &metav1.Time{Time: metav1.Now().Add(30e9)}, &grace
+	if err := p.DeletePod(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.GetPod(ctx, "ns", "p"); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("GetPod after pod-delete: %v, want not found", err)
+	}
+}
