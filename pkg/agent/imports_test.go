@@ -54,6 +54,8 @@ func forbidden(pkg, dep string, loops, providers []string) string {
 	switch {
 	case pkg == "pkg/provider":
 		return "the contract is a leaf: it imports no nodelet package"
+	case pkg == "pkg/stage":
+		return "the stage engine is a leaf: it decides, and imports no nodelet package"
 	case (dep == "pkg/agent" || dep == "internal/app") && !under(pkg, "cmd", "internal/app", "pkg/providertest", "test", "bench"):
 		return "only commands, tests and the config translation build agents"
 	case under(pkg, "pkg/agent") && under(dep, append(providers, "internal")...):
