@@ -319,6 +319,7 @@ func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 	}
 	st.gen++ // what was scheduled for the pod no longer happens
 	st.step = stepNone
+	st.view = nil
 	setFinished(st.pod, now)
 	s := &st.pod.Status
 	s.Phase, s.Reason, s.Message = corev1.PodFailed, e.Reason, e.Message

@@ -347,6 +347,10 @@ type simPod struct {
 	podIP   string
 	plays   int
 	playsAt time.Time
+	// view is the pod as stages see it and viewRaw its JSON, kept while
+	// the pod is unchanged; nil once it changed (see viewLocked).
+	view    *stage.Object
+	viewRaw []byte
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -561,6 +565,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	old := st.pod
 	st.pod = &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st.pod.Status}
+	st.view = nil
 	logger := klog.FromContext(ctx)
 	logger.V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
 	if p.staged() && stagedMetaChanged(old, st.pod) {

@@ -58,7 +58,7 @@ func (p *Provider) staged() bool { return len(p.podStages) > 0 }
 // the lock.
 func (p *Provider) matchLocked(logger klog.Logger, st *simPod, now time.Time) {
 	st.step, st.stage = stepNone, nil
-	obj, err := stage.NewObject(st.pod)
+	obj, _, err := viewLocked(st)
 	if err != nil {
 		logger.Error(err, "Cannot match the simulated pod against stages", "pod", klog.KObj(st.pod))
 		return
@@ -97,12 +97,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 		return
 	}
 	logger = logger.WithValues("pod", klog.KObj(st.pod), "stage", s.Name())
-	raw, err := json.Marshal(st.pod)
-	if err != nil {
-		logger.Error(err, "Cannot play stage")
-		return
-	}
-	obj, err := stage.NewObject(raw)
+	obj, raw, err := viewLocked(st)
 	if err != nil {
 		logger.Error(err, "Cannot play stage")
 		return
@@ -187,6 +182,13 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 	if !changed {
 		return // as kwok, which sees no change and so plays nothing more
 	}
+	// The pod as patched is the pod as it now is: the next match reads it
+	// without encoding the pod again.
+	if view, err := stage.NewObject(raw); err == nil {
+		st.view, st.viewRaw = view, raw
+	} else {
+		st.view, st.viewRaw = nil, nil
+	}
 	if at.Equal(st.playsAt) {
 		st.plays++
 	} else {
@@ -197,6 +199,24 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 		return
 	}
 	p.matchLocked(logger, st, at)
+}
+
+// viewLocked is the pod as stages see it, and its JSON, encoded once for
+// as long as the pod does not change (whoever changes st.pod of a staged
+// pod clears st.view).
+func viewLocked(st *simPod) (*stage.Object, []byte, error) {
+	if st.view == nil {
+		raw, err := json.Marshal(st.pod)
+		if err != nil {
+			return nil, nil, err
+		}
+		view, err := stage.NewObject(raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		st.view, st.viewRaw = view, raw
+	}
+	return st.view, st.viewRaw, nil
 }
 
 // runEffects carries out, in order and in a goroutine of their own, what
@@ -278,6 +298,7 @@ func (p *Provider) rematchLater(logger klog.Logger, st *simPod, now time.Time) {
 // pod-delete) say when it ends. The caller holds the lock, which is
 // released.
 func (p *Provider) deleteStagedLocked(logger klog.Logger, st *simPod, pod *corev1.Pod, now time.Time) error {
+	st.view = nil // DeletePod has set its deletion
 	if g, ok := podrules.GracePeriod(pod); ok && g <= 0 {
 		st.gen++
 		old := cancelLocked(&st.timer)
