@@ -583,3 +583,65 @@ func writeFile(t *testing.T, name, data string) {
 }
 
 func writeFileErr(name, data string) error { return os.WriteFile(name, []byte(data), 0o644) }
+
+func TestPatches(t *testing.T) {
+	s := mustStage(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: patches}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector: {}
+  next:
+    patches:
+    - {root: metadata, type: json, template: '[{"op": "add", "path": "/labels", "value": {"a": "{{ .metadata.name }}"}}]'}
+    - {template: 'metadata: {annotations: {b: "1"}}'}
+    - {subresource: status, root: status, type: merge, template: 'phase: Failed'}
+`)
+	o, _ := NewObject(testPod())
+	actions, err := s.Next(o, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range actions {
+		got = append(got, string(a.Patch.Type)+" "+a.Patch.Subresource+" "+string(a.Patch.Data))
+	}
+	want := []string{
+		`application/json-patch+json  [{"op":"add","path":"/metadata/labels","value":{"a":"p"}}]`,
+		`application/strategic-merge-patch+json  {"metadata":{"annotations":{"b":"1"}}}`,
+		`application/merge-patch+json status {"status":{"phase":"Failed"}}`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("patches (-want +got):\n%s", diff)
+	}
+	data, _ := o.JSON()
+	for _, a := range actions {
+		if data, err = Apply(data, "Pod", a.Patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(data, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if pod.Labels["a"] != "p" || pod.Annotations["b"] != "1" || pod.Status.Phase != corev1.PodFailed {
+		t.Errorf("applied: labels %v annotations %v phase %s", pod.Labels, pod.Annotations, pod.Status.Phase)
+	}
+	// Another kind's default is a merge patch; a strategic one has no schema.
+	if _, err := Apply(data, "ConfigMap", &Patch{Type: "application/strategic-merge-patch+json", Data: []byte(`{}`)}); err == nil {
+		t.Error("strategic merge patch of a ConfigMap: no error")
+	}
+}
+
+func TestLifecycleFor(t *testing.T) {
+	l := append(loadSet(t, "pod/fast"), loadSet(t, "node/fast")...)
+	if n := len(l.For("v1", "Pod")); n != 3 {
+		t.Errorf("%d pod stages, want 3", n)
+	}
+	if n := len(l.For("v1", "Node")); n != 1 {
+		t.Errorf("%d node stages, want 1", n)
+	}
+	if n := len(l.For("apps/v1", "Pod")); n != 0 {
+		t.Errorf("%d pod stages of apps/v1, want 0", n)
+	}
+}
