@@ -130,11 +130,13 @@ type Options struct {
 	Pressure func(node *corev1.Node)
 	Admit    func(pod *corev1.Pod) error
 	// Stages, when it holds stages for Pods (kwok's Stage objects), plays
-	// the pods' lifecycles in place of StartDelay, StartJitter,
-	// DeleteDelay, DeleteJitter, CompleteRatio, FailRatio, RunDuration and
-	// RunJitter, which must then be left at 0 (see stages.go). Its other
-	// stages are ignored.
-	Stages stage.Lifecycle
+	// the lifecycles of the pods created while it does, in place of
+	// StartDelay, StartJitter, DeleteDelay, DeleteJitter, CompleteRatio,
+	// FailRatio, RunDuration and RunJitter (see stages.go); those must be
+	// left at 0 if it holds stages for Pods when the provider is made. A
+	// pod keeps the lifecycle it started with. Its other stages are
+	// ignored.
+	Stages stage.Source
 	// Events records the Events of stages; nil drops them.
 	Events EventRecorder
 	// API carries out the finalizer and other patches of stages and their
@@ -214,7 +216,7 @@ func (o *Options) validate() error {
 	if o.CompleteRatio+o.FailRatio > 1+ratioSlack {
 		errs = append(errs, fmt.Errorf("complete ratio %v and fail ratio %v must not add up to more than 1", o.CompleteRatio, o.FailRatio))
 	}
-	if len(o.Stages.For("v1", "Pod")) > 0 {
+	if o.Stages != nil && len(o.Stages.Stages().For("v1", "Pod")) > 0 {
 		for _, d := range []struct {
 			name string
 			set  bool
@@ -274,9 +276,6 @@ type Provider struct {
 	conds []nodeCond // the entries of opts.NodeConditions this node shows
 	// podCIDR is opts.PodCIDR in canonical form, the node's spec.podCIDR.
 	podCIDR string
-	// podStages are the stages of opts.Stages for Pods; with any, they
-	// play the pods' lifecycles.
-	podStages stage.Lifecycle
 
 	mu       sync.Mutex
 	pods     map[string]*simPod // by namespace/name
@@ -340,6 +339,8 @@ type simPod struct {
 	// in spec order, once its usage was sampled.
 	meters []cpuMeter
 
+	// staged is set when stages play the pod's lifecycle (see stages.go).
+	staged bool
 	// With stages: stage is the one to play at stepAt (step stepStage),
 	// podIP the pod's IP for the templates, and plays how many stages the
 	// pod played at the instant playsAt.
@@ -373,15 +374,14 @@ func New(opts Options) (*Provider, error) {
 	}
 	opts.Usage.setDefaults()
 	return &Provider{
-		opts:      opts,
-		clock:     opts.Clock,
-		started:   opts.Clock.Now(),
-		conds:     nodeConds(opts.NodeName, opts.NodeConditions),
-		podCIDR:   ips.prefix.String(),
-		podStages: opts.Stages.For("v1", "Pod"),
-		pods:      make(map[string]*simPod),
-		ips:       ips,
-		rng:       rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		opts:    opts,
+		clock:   opts.Clock,
+		started: opts.Clock.Now(),
+		conds:   nodeConds(opts.NodeName, opts.NodeConditions),
+		podCIDR: ips.prefix.String(),
+		pods:    make(map[string]*simPod),
+		ips:     ips,
+		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 	}, nil
 }
 
@@ -417,9 +417,9 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return fmt.Errorf("create pod %s: %w", klog.KObj(pod), err)
 	}
-	if p.staged() {
+	if len(p.podStages()) > 0 {
 		// The pod as the API has it; the stages give it its status.
-		st := &simPod{pod: withOwnStatus(pod), req: req, ip: off, podIP: ip.String()}
+		st := &simPod{pod: withOwnStatus(pod), req: req, ip: off, podIP: ip.String(), staged: true}
 		if st.pod.Status.Phase == "" {
 			st.pod.Status.Phase = corev1.PodPending // as the API server creates it
 		}
@@ -499,9 +499,9 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 		st.ip, s.PodIP, s.PodIPs = off, ip.String(), []corev1.PodIP{{IP: ip.String()}}
 	}
-	if p.staged() {
+	if len(p.podStages()) > 0 {
 		// Its status is the stages' so far; they go on from it.
-		st.podIP = s.PodIP
+		st.podIP, st.staged = s.PodIP, true
 		return p.startStagedLocked(ctx, st, now)
 	}
 	if s.HostIP == "" && p.opts.Address != "" {
@@ -568,7 +568,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	st.view = nil
 	logger := klog.FromContext(ctx)
 	logger.V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
-	if p.staged() && stagedMetaChanged(old, st.pod) {
+	if st.staged && stagedMetaChanged(old, st.pod) {
 		// As kwok, which matches a pod again whenever it changes.
 		p.rematchLater(logger, st, p.clock.Now())
 	}
@@ -598,7 +598,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 			st.pod.DeletionGracePeriodSeconds = ptr(*pod.DeletionGracePeriodSeconds)
 		}
 	}
-	if p.staged() {
+	if st.staged {
 		return p.deleteStagedLocked(logger, st, pod, now)
 	}
 	var delay time.Duration

@@ -50,8 +50,14 @@ const maxPlaysAtOnce = 64
 // stageAPITimeout bounds each call of Options.API.
 const stageAPITimeout = 30 * time.Second
 
-// staged tells whether stages play the pods' lifecycles.
-func (p *Provider) staged() bool { return len(p.podStages) > 0 }
+// podStages is the stages for Pods in force now; with any, they play the
+// lifecycle of a pod created now.
+func (p *Provider) podStages() stage.Lifecycle {
+	if p.opts.Stages == nil {
+		return nil
+	}
+	return p.opts.Stages.Stages().For("v1", "Pod")
+}
 
 // matchLocked chooses the next stage of the pod at now, and when it is
 // due: the pod's next step, or none if no stage matches. The caller holds
@@ -63,7 +69,7 @@ func (p *Provider) matchLocked(logger klog.Logger, st *simPod, now time.Time) {
 		logger.Error(err, "Cannot match the simulated pod against stages", "pod", klog.KObj(st.pod))
 		return
 	}
-	s := p.podStages.Match(obj, p.rng)
+	s := p.podStages().Match(obj, p.rng)
 	if s == nil {
 		return
 	}
@@ -299,7 +305,10 @@ func (p *Provider) rematchLater(logger klog.Logger, st *simPod, now time.Time) {
 // released.
 func (p *Provider) deleteStagedLocked(logger klog.Logger, st *simPod, pod *corev1.Pod, now time.Time) error {
 	st.view = nil // DeletePod has set its deletion
-	if g, ok := podrules.GracePeriod(pod); ok && g <= 0 {
+	g, ok := podrules.GracePeriod(pod)
+	if ok && g <= 0 || len(p.podStages()) == 0 {
+		// Gone from the API, deleted at once, or no stage left to play
+		// (the cluster's were all deleted): ended now.
 		st.gen++
 		old := cancelLocked(&st.timer)
 		p.endStagedLocked(st)

@@ -433,3 +433,44 @@ func TestStagesUpdateRematches(t *testing.T) {
 		t.Errorf("deleted %v, want the pod deleted once labelled", deleted)
 	}
 }
+
+// Stages that change at run time (the cluster's): a pod keeps the
+// lifecycle it started with, new pods take the stages in force, and a
+// staged pod deleted once no stage is left ends at once.
+func TestStagesChangeAtRunTime(t *testing.T) {
+	ctx := context.Background()
+	set := stage.NewSet(nil)
+	p, _, _ := newTest(t, func(o *Options) { o.Stages = set })
+	if err := p.CreatePod(ctx, testPod("builtin", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	checkRunning(t, mustGet(t, p, "builtin"), t0) // the built-in status, Running at once
+
+	set.Store(kwokSet(t, "pod/fast"))
+	staged := testPod("staged", "", "")
+	staged.Status.Phase = corev1.PodPending
+	staged.Spec.InitContainers = nil
+	if err := p.CreatePod(ctx, staged); err != nil {
+		t.Fatal(err)
+	}
+	p.rearming.Wait()
+	got := mustGet(t, p, "staged")
+	if got.Status.Phase != corev1.PodRunning || condition(got, corev1.PodReadyToStartContainers) != "" {
+		t.Fatalf("phase %s, conditions %v; want Running by kwok's pod-ready (which sets no PodReadyToStartContainers)", got.Status.Phase, got.Status.Conditions)
+	}
+	// The built-in pod is deleted the built-in way (no delete delay: at once).
+	if err := p.DeletePod(ctx, deleting(testPod("builtin", "", ""), t0, 30)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.GetPod(ctx, "ns", "builtin"); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("built-in pod after delete: %v, want not found", err)
+	}
+
+	set.Store(nil)
+	if err := p.DeletePod(ctx, deleting(staged, t0, 30)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.GetPod(ctx, "ns", "staged"); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("staged pod deleted with no stage left: %v, want ended at once", err)
+	}
+}
