@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/providers/sim"
@@ -90,6 +91,38 @@ func TestBuildRunsTheProvidersLoops(t *testing.T) {
 		if b.loops[name] == nil {
 			t.Errorf("no loop %q among %v", name, slices.Collect(maps.Keys(b.loops)))
 		}
+	}
+}
+
+// A loop of WithLoop runs with the agent's, given its client config and
+// recorder.
+func TestBuildRunsWithLoop(t *testing.T) {
+	var gotHost string
+	var gotRecorder bool
+	a, err := New(One("n"), simNodes, WithRootDir(t.TempDir()), WithLoop("stages", func(_ context.Context, rc *rest.Config, rec record.EventRecorder) error {
+		gotHost, gotRecorder = rc.Host, rec != nil
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.build(nowhere)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.broadcaster.Shutdown()
+	run := b.loops["stages"]
+	if run == nil {
+		t.Fatalf("no loop %q among %v", "stages", slices.Collect(maps.Keys(b.loops)))
+	}
+	if err := run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if gotHost != nowhere.Host || !gotRecorder {
+		t.Errorf("loop given host %q, recorder %v; want %q and the agent's recorder", gotHost, gotRecorder, nowhere.Host)
+	}
+	if _, err := New(One("n"), simNodes, WithLoop("x", nil)); err == nil {
+		t.Error("WithLoop without a function: no error")
 	}
 }
 

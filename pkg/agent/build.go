@@ -75,6 +75,10 @@ func (a *Agent) build(rc *rest.Config) (_ *built, err error) {
 		host:     stats.NewHost(stats.HostOptions{RootDir: a.s.rootDir, SystemContainers: a.systemContainers(time.Now())}),
 	}
 	p.factories = p.inf.all()
+	for name, run := range a.s.loops {
+		loopConfig := rest.CopyConfig(rc)
+		p.loops[name] = func(ctx context.Context) error { return run(ctx, loopConfig, p.recorder) }
+	}
 	if p.registry, err = a.metricsRegistry(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/eviction"
@@ -47,6 +49,7 @@ type settings struct {
 	shards       *ShardOptions
 	healthz      string
 	registry     *prometheus.Registry
+	loops        map[string]LoopFunc
 }
 
 // clientSource is where the agent's API credentials come from: a client
@@ -410,6 +413,30 @@ func WithMetricsRegistry(reg *prometheus.Registry) Option {
 			return errors.New("metrics registry: nil")
 		}
 		s.registry = reg
+		return nil
+	}
+}
+
+// LoopFunc is a loop of the caller's that the agent runs (WithLoop), given
+// the agent's API client configuration (a copy, once its credentials are
+// known) and its event recorder.
+type LoopFunc func(ctx context.Context, rc *rest.Config, recorder record.EventRecorder) error
+
+// WithLoop runs run with the agent's loops, for as long as the agent
+// runs: for a loop of the caller's that needs the API, such as the watch
+// of kwok's Stage objects that the sim providers play.
+func WithLoop(name string, run LoopFunc) Option {
+	return func(s *settings) error {
+		if name == "" || run == nil {
+			return errors.New("loop: a name and a function are required")
+		}
+		if s.loops == nil {
+			s.loops = map[string]LoopFunc{}
+		}
+		if _, dup := s.loops[name]; dup {
+			return fmt.Errorf("loop %q: given twice", name)
+		}
+		s.loops[name] = run
 		return nil
 	}
 }

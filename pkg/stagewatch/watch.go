@@ -196,4 +196,3 @@ func (w *Watcher) report(logger klog.Logger, u *unstructured.Unstructured, s *kw
 		w.Recorder.Event(ref, "Warning", "InvalidStage", err.Error())
 	}
 }
-
