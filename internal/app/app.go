@@ -65,17 +65,24 @@ func New(o Credentials, cfg *config.Config, remote *config.Controller) (*agent.A
 	if remote != nil && nodes.Len() > 0 {
 		opts = append(opts, agent.WithRemoteConfig(remote))
 	}
-	return agent.New(nodes, providerFunc(cfg, layout), opts...)
+	stages := newSimStages(cfg)
+	if loop := stages.loop(); loop != nil && !cfg.RunsHostPods() {
+		opts = append(opts, agent.WithLoop("stages", loop))
+	}
+	return agent.New(nodes, providerFunc(cfg, layout, stages), opts...)
 }
 
 // NewProvider is the constructor of the providers cfg asks for, as New
-// gives it to the agent.
+// gives it to the agent; the cluster's Stages (sim.enableCRDs), which a
+// loop of the agent watches, are not among its stages.
 func NewProvider(cfg *config.Config) (agent.NewProviderFunc, error) {
 	layout, err := newNodeLayout(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return providerFunc(cfg, layout), nil
+	stages := newSimStages(cfg)
+	stages.live = nil
+	return providerFunc(cfg, layout, stages), nil
 }
 
 // agentOptions turns the config and the command line's credentials into

@@ -5,31 +5,105 @@ import (
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/providers/sim"
 	"github.com/nodelet/nodelet/pkg/stage"
+	"github.com/nodelet/nodelet/pkg/stagewatch"
 )
 
 // providerFunc makes the provider of each node as cfg.Provider says: the
 // one place that knows which providers there are.
-func providerFunc(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
+func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages) agent.NewProviderFunc {
 	if cfg.RunsHostPods() {
 		return hostProvider(cfg)
 	}
-	return simProvider(cfg, layout)
+	return simProvider(cfg, layout, stages)
+}
+
+// simStages is where the sim providers' stages come from: the files of
+// sim.stages, read once when the agent builds its nodes (not in New), and
+// with sim.enableCRDs [Stage] the cluster's Stage objects too, which a
+// loop of the agent keeps in live.
+type simStages struct {
+	files func() (stage.Lifecycle, error)
+	live  *stage.Set // nil without the cluster's
+}
+
+func newSimStages(cfg *config.Config) *simStages {
+	s := &simStages{}
+	if slices.Contains(cfg.Sim.EnableCRDs, config.CRDStage) {
+		s.live = stage.NewSet(nil)
+	}
+	paths := slices.Clone(cfg.Sim.Stages)
+	s.files = sync.OnceValues(func() (stage.Lifecycle, error) {
+		l, err := stage.LoadLifecycle(paths...)
+		if err == nil && s.live != nil {
+			// Before the watch, which stores the files' and the
+			// cluster's, reads them.
+			s.live.Store(l)
+		}
+		return l, err
+	})
+	return s
+}
+
+// source is what the sim providers play: nil (the built-in lifecycle),
+// the files' stages, or the live set.
+func (s *simStages) source() (stage.Source, error) {
+	files, err := s.files()
+	switch {
+	case err != nil:
+		return nil, err
+	case s.live != nil:
+		return s.live, nil
+	case len(files) > 0:
+		return files, nil
+	}
+	return nil, nil
+}
+
+// loop is the agent's loop that keeps live to the cluster's Stages, or
+// nil without it.
+func (s *simStages) loop() agent.LoopFunc {
+	if s.live == nil {
+		return nil
+	}
+	return func(ctx context.Context, rc *rest.Config, recorder record.EventRecorder) error {
+		files, err := s.files()
+		if err != nil {
+			return fmt.Errorf("stages: %w", err)
+		}
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("stages: %w", err)
+		}
+		disc, err := discovery.NewDiscoveryClientForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("stages: %w", err)
+		}
+		w := stagewatch.New(dyn, disc, s.live, files)
+		w.Recorder = recorder
+		return w.Run(ctx)
+	}
 }
 
 // simProvider makes a sim provider for each node, placed by layout; its
 // pods wait for the attach of their volumes when the agent attaches them.
-func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
+func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agent.NewProviderFunc {
 	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
 	for _, c := range cfg.Sim.NodeConditions {
 		conditions = append(conditions, sim.NodeCondition{
@@ -37,12 +111,12 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 			Every: c.Every.Duration, For: c.For.Duration, NodeRatio: ptr.Deref(c.NodeRatio, 1),
 		})
 	}
-	// The stage files were checked with the config; read once, the
-	// compiled stages are shared by every node.
-	stages, stagesErr := stage.LoadLifecycle(cfg.Sim.Stages...)
 	return func(env *agent.Env) (agent.Provider, error) {
-		if stagesErr != nil {
-			return nil, fmt.Errorf("sim provider: %w", stagesErr)
+		// The stage files were checked with the config; read once, the
+		// compiled stages are shared by every node.
+		source, err := stages.source()
+		if err != nil {
+			return nil, fmt.Errorf("sim provider: %w", err)
 		}
 		name, i := env.Node.Name, env.Node.Index
 		seed := fnv.New64a()
@@ -89,8 +163,8 @@ func simProvider(cfg *config.Config, layout *nodeLayout) agent.NewProviderFunc {
 		if env.Volumes != nil {
 			opts.Volumes = env.Volumes
 		}
-		if len(stages) > 0 {
-			opts.Stages, opts.Events = stages, env.Recorder
+		if source != nil {
+			opts.Stages, opts.Events = source, env.Recorder
 			if env.Client != nil {
 				opts.API = stageAPI{env.Client}
 			}

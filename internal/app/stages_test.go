@@ -28,7 +28,7 @@ func TestSimProviderStages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newProvider := simProvider(cfg, layout)
+	newProvider := simProvider(cfg, layout, newSimStages(cfg))
 	client := fake.NewClientset()
 	p, err := newProvider(&agent.Env{Node: agent.NodeInfo{Name: "sim"}, Client: client,
 		Admit: func(*corev1.Pod) error { return nil }, NodeConditions: func(*corev1.Node) {}, NotReady: func() string { return "" }})
@@ -59,5 +59,33 @@ func TestSimProviderStages(t *testing.T) {
 	}
 	if _, err := p.GetPod(ctx, "ns", "p"); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("GetPod after pod-delete: %v, want not found", err)
+	}
+}
+
+// With sim.enableCRDs [Stage], the providers play a live set, holding
+// the files' stages from the start, and the agent gets the loop that
+// keeps it to the cluster's.
+func TestSimStagesLive(t *testing.T) {
+	cfg := config.Default()
+	cfg.NodeName = "sim"
+	cfg.Sim.Stages = []string{filepath.Join("..", "..", "pkg", "stage", "testdata", "kwok", "pod", "fast")}
+	cfg.Sim.EnableCRDs = []string{config.CRDStage}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	s := newSimStages(cfg)
+	if s.loop() == nil {
+		t.Fatal("no loop to watch the cluster's Stages")
+	}
+	src, err := s.source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src != s.live || len(src.Stages()) != 3 {
+		t.Errorf("source %T with %d stages, want the live set with pod/fast's 3", src, len(src.Stages()))
+	}
+	cfg.Sim.EnableCRDs = nil
+	if s := newSimStages(cfg); s.loop() != nil || s.live != nil {
+		t.Error("a live set and a loop without enableCRDs")
 	}
 }

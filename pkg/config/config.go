@@ -438,7 +438,18 @@ type SimConfig struct {
 	// failRatio, runDuration and runJitter, which must then be left
 	// unset. Default none: the built-in lifecycle.
 	Stages []string `json:"stages,omitempty"`
+	// EnableCRDs names kwok's CRDs whose objects in the cluster the sim
+	// provider follows, as kwok's --enable-crds: only "Stage" so far. With
+	// Stage, the Stage objects of the cluster (stages.kwok.x-k8s.io) are
+	// watched and played after those of stages, live: a pod created while
+	// there are stages for Pods is played by them, one created while there
+	// are none by the settings above. A Stage that does not compile is
+	// left out, with an Event on it. Default none.
+	EnableCRDs []string `json:"enableCRDs,omitempty"`
 }
+
+// CRDStage is kwok's Stage CRD, the one of sim.enableCRDs supported.
+const CRDStage = "Stage"
 
 // SimUsage is how simulated pods use CPU and memory when no annotation
 // says.
@@ -961,6 +972,11 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, s.NodeConditions[i].validate(p.Child("nodeConditions").Index(i))...)
 	}
 	errs = append(errs, s.validateStages(p)...)
+	for i, crd := range s.EnableCRDs {
+		if crd != CRDStage {
+			errs = append(errs, field.NotSupported(p.Child("enableCRDs").Index(i), crd, []string{CRDStage}))
+		}
+	}
 	if s.NodeAddresses != "" {
 		for _, msg := range utilvalidation.IsValidCIDR(p.Child("nodeAddresses"), s.NodeAddresses) {
 			errs = append(errs, msg)

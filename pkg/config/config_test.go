@@ -202,6 +202,11 @@ func TestValidateSimStages(t *testing.T) {
 			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{bad, `stage "broken"`, "spec.selector.matchExpressions[0]"}},
 		{name: "missing and empty", sim: func(s *SimConfig) { s.Stages = []string{"/no/such/stages", ""} },
 			wantErr: []string{"sim.stages[0]", "sim.stages[1]"}},
+		{name: "enableCRDs", sim: func(s *SimConfig) { s.EnableCRDs = []string{"Stage", "Logs"} },
+			wantErr: []string{"sim.enableCRDs[1]"}},
+		{name: "cluster stages beside the pod lifecycle settings", sim: func(s *SimConfig) {
+			s.EnableCRDs, s.StartDelay.Duration = []string{"Stage"}, time.Second
+		}},
 		{name: "beside the pod lifecycle settings", sim: func(s *SimConfig) {
 			s.Stages = []string{kwokFast}
 			s.StartDelay.Duration, s.CompleteRatio = time.Second, 0.5
