@@ -120,7 +120,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 		switch {
 		case a.Event != nil:
 			if rec := p.opts.Events; rec != nil {
-				pod, e := st.pod, *a.Event
+				pod, e := metaOf(st.pod), *a.Event
 				effects = append(effects, func(context.Context) { rec.Event(pod, e.Type, e.Reason, e.Message) })
 			}
 		case a.Delete:
@@ -131,7 +131,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 				return
 			}
 			if api := p.opts.API; api != nil {
-				pod := st.pod
+				pod := metaOf(st.pod)
 				effects = append(effects, func(ctx context.Context) {
 					if err := api.DeletePod(ctx, pod); err != nil {
 						logger.Error(err, "Stage could not delete the pod")
@@ -166,7 +166,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 				changed = true
 			}
 			if api := p.opts.API; api != nil {
-				pod, pt, data := st.pod, a.Patch.Type, a.Patch.Data
+				pod, pt, data := metaOf(st.pod), a.Patch.Type, a.Patch.Data
 				effects = append(effects, func(ctx context.Context) {
 					if err := api.PatchPod(ctx, pod, pt, data); err != nil {
 						logger.Error(err, "Stage could not patch the pod")
@@ -223,6 +223,12 @@ func viewLocked(st *simPod) (*stage.Object, []byte, error) {
 		st.view, st.viewRaw = view, raw
 	}
 	return st.view, st.viewRaw, nil
+}
+
+// metaOf is the pod's identity, copied under the lock for an effect that
+// runs without it: the provider changes its pod in place.
+func metaOf(pod *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
 }
 
 // runEffects carries out, in order and in a goroutine of their own, what

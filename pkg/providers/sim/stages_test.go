@@ -474,3 +474,51 @@ func TestStagesChangeAtRunTime(t *testing.T) {
 		t.Errorf("staged pod deleted with no stage left: %v, want ended at once", err)
 	}
 }
+
+// blockingRecorder holds each Event until released, then reads the pod
+// it was given.
+type blockingRecorder struct {
+	release chan struct{}
+	seen    chan *metav1.Time
+}
+
+func (r *blockingRecorder) Event(obj runtime.Object, _, _, _ string) {
+	<-r.release
+	r.seen <- obj.(*corev1.Pod).DeletionTimestamp
+}
+
+// The effects of a stage (its events, its API calls) run without the
+// lock, on the pod as it was when the stage played: a delete meanwhile
+// does not change what they read (go test -race finds the race if it
+// did).
+func TestStagesEffectsSeeTheirOwnPod(t *testing.T) {
+	ctx := context.Background()
+	rec := &blockingRecorder{release: make(chan struct{}), seen: make(chan *metav1.Time, 1)}
+	p, _, _ := newTest(t, func(o *Options) {
+		o.Stages = inlineStages(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: hello}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .status.podIP, operator: DoesNotExist}
+  next:
+    event: {type: Normal, reason: Hello, message: hi}
+    statusTemplate: 'podIP: {{ PodIP }}'
+`)
+		o.Events = rec
+	})
+	pod := testPod("p", "", "")
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeletePod(ctx, deleting(pod, t0, 30)); err != nil {
+		t.Fatal(err)
+	}
+	close(rec.release)
+	if got := <-rec.seen; got != nil {
+		t.Errorf("the event's pod has deletionTimestamp %v, set after the stage played", got)
+	}
+	p.rearming.Wait()
+}
