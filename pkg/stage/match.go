@@ -223,10 +223,15 @@ func (r *requirement) isValue(v any) bool {
 // query runs q over obj and returns its non-null results. As in kwok, a
 // query that fails on this object (iterating over a missing list, say)
 // has no results.
+//
+// A query runs at most queryTimeout and keeps at most maxResults: stages
+// from the cluster are anyone's, and jq can loop.
 func query(q *gojq.Code, obj *Object) []any {
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
 	var out []any
-	iter := q.RunWithContext(context.Background(), obj.data)
-	for {
+	iter := q.RunWithContext(ctx, obj.data)
+	for len(out) < maxResults {
 		v, ok := iter.Next()
 		if !ok {
 			return out
@@ -238,7 +243,13 @@ func query(q *gojq.Code, obj *Object) []any {
 			out = append(out, v)
 		}
 	}
+	return out
 }
+
+const (
+	queryTimeout = 100 * time.Millisecond
+	maxResults   = 1024
+)
 
 // Weight is the stage's weight for obj: weightFrom's value when it reads
 // a number, else spec.weight; ok is false when weightFrom reads a value

@@ -645,3 +645,22 @@ func TestLifecycleFor(t *testing.T) {
 		t.Errorf("%d pod stages of apps/v1, want 0", n)
 	}
 }
+
+// A query that runs away (from a Stage anyone may apply) is cut short:
+// no results, and the selector goes on.
+func TestRunawayQueries(t *testing.T) {
+	s := mustStage(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: runaway}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: 'repeat(.metadata.name)', operator: In, values: [p]}
+    - {key: 'def f: f; f', operator: DoesNotExist}
+`)
+	o, _ := NewObject(testPod())
+	if !s.Matches(o) {
+		t.Error("runaway queries: no match, want the first to find p among its first results and the second none")
+	}
+}
