@@ -214,11 +214,10 @@ bin/kube-proxy: hack/e2e/go.mod hack/e2e/go.sum
 bin/coredns: hack/coredns/go.mod hack/coredns/go.sum
 	cd hack/coredns && CGO_ENABLED=0 $(E2E_GOFLAGS) $(GO) build -o ../../bin/coredns -ldflags "-s -w" github.com/coredns/coredns
 
-.PHONY: bin/conformance conformance
 # Built each time (go's cache makes it quick), as bin/nodelet: it compiles
 # in the selections and skips of test/conformance, which a stale runner
 # would run without.
-.PHONY: bin/conformance
+.PHONY: bin/conformance conformance
 bin/conformance:
 	$(GO) build -o bin/conformance ./hack/conformance
 

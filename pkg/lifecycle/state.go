@@ -67,7 +67,8 @@ func (s stateStore) remove(uid types.UID) error {
 }
 
 // load reads every pod state; bad files are reported through skip and
-// left alone. A state must be that of the pod its file is named for: save
+// left alone. The temporary file of a save that an earlier agent's end cut
+// short is removed: load runs before this agent saves anything. A state must be that of the pod its file is named for: save
 // and remove find the file by the pod's UID, and another UID ("../x")
 // would make them write and remove another file.
 func (s stateStore) load(skip func(path string, err error)) ([]*podState, error) {
@@ -77,10 +78,16 @@ func (s stateStore) load(skip func(path string, err error)) ([]*podState, error)
 	}
 	var out []*podState
 	for _, e := range entries {
+		path := filepath.Join(s.dir, e.Name())
+		if atomicfile.IsTemp(e.Name()) {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				skip(path, err)
+			}
+			continue
+		}
 		if filepath.Ext(e.Name()) != ".json" {
 			continue
 		}
-		path := filepath.Join(s.dir, e.Name())
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("read pod state: %w", err)
