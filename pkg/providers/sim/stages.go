@@ -125,7 +125,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 			}
 		case a.Delete:
 			if st.pod.DeletionTimestamp != nil {
-				p.endStagedLocked(st)
+				p.endStagedLocked(st, at)
 				logger.V(4).Info("Simulated pod terminated by its stage")
 				p.runEffects(logger, effects)
 				return
@@ -246,10 +246,13 @@ func (p *Provider) runEffects(logger klog.Logger, effects []func(context.Context
 	})
 }
 
-// endStagedLocked removes a pod a stage deleted, releasing what it held;
-// its status stays as the stages left it. The caller holds the lock and
-// then calls unlockAndNotify.
-func (p *Provider) endStagedLocked(st *simPod) {
+// endStagedLocked removes a pod being deleted that a stage deleted (or
+// that ended at once), releasing what it held. Its containers stop at
+// `at`, as those of a pod the built-in lifecycle terminates: the pod
+// controller removes a deleted pod from the API once its status says it
+// has stopped, and a status still Running would keep it there. The caller
+// holds the lock and then calls unlockAndNotify.
+func (p *Provider) endStagedLocked(st *simPod, at time.Time) {
 	delete(p.pods, key(st.pod.Namespace, st.pod.Name))
 	p.volumesChanged = p.volumesChanged || (len(st.volumes) > 0 && !st.finished)
 	if st.finished {
@@ -258,6 +261,7 @@ func (p *Provider) endStagedLocked(st *simPod) {
 		p.used.Sub(st.req)
 		p.ips.release(st.ip)
 		st.ip = 0
+		setFinished(st.pod, at)
 	}
 	st.step = stepNone
 	p.queueNotify(st.pod)
@@ -317,7 +321,7 @@ func (p *Provider) deleteStagedLocked(logger klog.Logger, st *simPod, pod *corev
 		// (the cluster's were all deleted): ended now.
 		st.gen++
 		old := cancelLocked(&st.timer)
-		p.endStagedLocked(st)
+		p.endStagedLocked(st, now)
 		p.unlockAndNotify()
 		stopTimer(old)
 		logger.V(4).Info("Simulated pod terminated at once", "pod", klog.KObj(pod))

@@ -111,6 +111,8 @@ func TestStagesKwokPodFast(t *testing.T) {
 	}
 	if last := rec.last(); last == nil || last.Name != "web" || last.DeletionTimestamp == nil {
 		t.Errorf("last notification %v, want the deleted pod", last)
+	} else {
+		stopped(t, last)
 	}
 	// Its IP and requests were released: the next pod takes the same IP.
 	if err := p.CreatePod(ctx, testPod("next", "", "")); err != nil {
@@ -188,11 +190,26 @@ func equalPhases(a, b []corev1.PodPhase) bool {
 	return true
 }
 
+// stopped fails the test unless the pod's last status, as the provider
+// reported it when it ended, has no running container and is not Running:
+// the pod controller removes a deleted pod from the API only then.
+func stopped(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if pod.Status.Phase == corev1.PodRunning || pod.Status.Phase == corev1.PodPending && len(pod.Status.ContainerStatuses) > 0 {
+		t.Errorf("the ended pod's last status is %s, want it stopped", pod.Status.Phase)
+	}
+	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		if cs.State.Running != nil {
+			t.Errorf("the ended pod's container %s still runs", cs.Name)
+		}
+	}
+}
+
 // A pod deleted with no grace (or gone from the API) ends at once, stages
 // or not.
 func TestStagesDeleteAtOnce(t *testing.T) {
 	ctx := context.Background()
-	p, clk, _ := newTest(t, func(o *Options) { o.Stages = kwokSet(t, "pod/general") })
+	p, clk, rec := newTest(t, func(o *Options) { o.Stages = kwokSet(t, "pod/general") })
 	pod := testPod("p", "", "")
 	if err := p.CreatePod(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -202,6 +219,11 @@ func TestStagesDeleteAtOnce(t *testing.T) {
 	}
 	if _, err := p.GetPod(ctx, "ns", "p"); !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("GetPod: %v, want not found", err)
+	}
+	if last := rec.last(); last == nil || last.Name != "p" {
+		t.Errorf("last notification %v, want the deleted pod", last)
+	} else {
+		stopped(t, last)
 	}
 	p.rearming.Wait()
 	if got := clk.Waiters(); got != 0 {
