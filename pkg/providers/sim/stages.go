@@ -253,18 +253,8 @@ func (p *Provider) runEffects(logger klog.Logger, effects []func(context.Context
 // has stopped, and a status still Running would keep it there. The caller
 // holds the lock and then calls unlockAndNotify.
 func (p *Provider) endStagedLocked(st *simPod, at time.Time) {
-	delete(p.pods, key(st.pod.Namespace, st.pod.Name))
-	p.volumesChanged = p.volumesChanged || (len(st.volumes) > 0 && !st.finished)
-	if st.finished {
-		p.finished--
-	} else {
-		p.used.Sub(st.req)
-		p.ips.release(st.ip)
-		st.ip = 0
-		setFinished(st.pod, at)
-	}
+	p.terminateLocked(st, at)
 	st.step = stepNone
-	p.queueNotify(st.pod)
 }
 
 // stagedMetaChanged tells whether an update of the pod changes what
