@@ -22,6 +22,17 @@ import (
 // Every error names the file, and the stage where there is one.
 func Load(paths ...string) ([]*kwokv1alpha1.Stage, error) {
 	var out []*kwokv1alpha1.Stage
+	err := eachFile(paths, func(f string) error {
+		stages, err := loadFile(f)
+		out = append(out, stages...)
+		return err
+	})
+	return out, err
+}
+
+// eachFile calls fn with every file of paths (as Load finds them),
+// joining the errors of all.
+func eachFile(paths []string, fn func(file string) error) error {
 	var errs []error
 	for _, p := range paths {
 		files, err := filesOf(p)
@@ -30,19 +41,25 @@ func Load(paths ...string) ([]*kwokv1alpha1.Stage, error) {
 			continue
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("stages: %w", err))
-				continue
+			if err := fn(f); err != nil {
+				errs = append(errs, err)
 			}
-			stages, err := Decode(data)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("stages: %s: %w", f, err))
-			}
-			out = append(out, stages...)
 		}
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// loadFile reads the Stages of one file; an error names it.
+func loadFile(f string) ([]*kwokv1alpha1.Stage, error) {
+	data, err := os.ReadFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	stages, err := Decode(data)
+	if err != nil {
+		return stages, fmt.Errorf("stages: %s: %w", f, err)
+	}
+	return stages, nil
 }
 
 func filesOf(p string) ([]string, error) {
@@ -122,26 +139,16 @@ func Decode(data []byte) ([]*kwokv1alpha1.Stage, error) {
 // the file and the stage.
 func LoadLifecycle(paths ...string) (Lifecycle, error) {
 	var out Lifecycle
-	var errs []error
-	for _, p := range paths {
-		files, err := filesOf(p)
+	err := eachFile(paths, func(f string) error {
+		stages, loadErr := loadFile(f)
+		l, err := CompileAll(stages)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			err = fmt.Errorf("stages: %s: %w", f, err)
 		}
-		for _, f := range files {
-			stages, err := Load(f)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			l, err := CompileAll(stages)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("stages: %s: %w", f, err))
-			}
-			out = append(out, l...)
-		}
-	}
-	return out, errors.Join(errs...)
+		out = append(out, l...)
+		return errors.Join(loadErr, err)
+	})
+	return out, err
 }
 
 // CompileAll compiles stages, skipping those kwok ignores (no
