@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -66,7 +67,20 @@ func unshareRootDir(dir string) error {
 	if below, err := mountinfo.Under(dir); err != nil || len(below) > 0 {
 		return err
 	}
-	if err := unix.Unmount(dir, unix.UMOUNT_NOFOLLOW); err != nil {
+	err = unix.Unmount(dir, unix.UMOUNT_NOFOLLOW)
+	if errors.Is(err, unix.EBUSY) {
+		// A file the agent's other loops still hold open there (a
+		// checkpoint being written, a socket not yet closed): the binding
+		// leaves the directory now and goes once they close it. The same
+		// file system lies beneath, so what they write still lands in it.
+		// Checked again first, so that no mount made meanwhile below it is
+		// taken along.
+		if below, err := mountinfo.Under(dir); err != nil || len(below) > 0 {
+			return err
+		}
+		err = unix.Unmount(dir, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH)
+	}
+	if err != nil {
 		return fmt.Errorf("unshare root directory: unmount %s: %w", dir, err)
 	}
 	return nil

@@ -157,3 +157,40 @@ func TestUnshareRootDirLeavesAFileSystemOfItsOwn(t *testing.T) {
 		t.Errorf("shareRootDir did not make the root directory's own file system shared: %+v", m)
 	}
 }
+
+// An agent's other loops may still hold a file open in the root directory
+// when the provider stops: the binding goes all the same (it was left
+// busy, and the next test's removal of the directory failed).
+func TestUnshareRootDirWhileAFileIsOpenInIt(t *testing.T) {
+	root := filepath.Join(privateMount(t), "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := shareRootDir(root); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	if _, ok := mountAt(t, root); !ok {
+		t.Fatalf("shareRootDir did not bind %s onto itself", root)
+	}
+	f, err := os.Create(filepath.Join(root, "checkpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unshareRootDir(root); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := mountAt(t, root); ok {
+		t.Fatalf("after unshareRootDir with a file open, %s is still a mount point: %+v", root, m)
+	}
+	if _, err := f.WriteString("kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "checkpoint")); err != nil || string(got) != "kept" {
+		t.Errorf("what was written through the open file after the binding went: %q, %v", got, err)
+	}
+}
