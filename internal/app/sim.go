@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
@@ -41,6 +42,58 @@ func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages) age
 type simStages struct {
 	files func() (stage.Lifecycle, error)
 	live  *stage.Set // nil without the cluster's
+
+	// nodes are the sim providers by node name, which the agent's
+	// informer of its Nodes tells of each change, for their stages for
+	// Nodes; handler is the informer's handler, added with the first.
+	mu      sync.Mutex
+	nodes   map[string]*sim.Provider
+	handler cache.ResourceEventHandlerRegistration
+}
+
+// follow has p told of each change of its Node.
+func (s *simStages) follow(env *agent.Env, p *sim.Provider) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]*sim.Provider{}
+	}
+	s.nodes[env.Node.Name] = p
+	if s.handler != nil || env.Nodes == nil {
+		return nil
+	}
+	h, err := env.Nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.nodeChanged,
+		UpdateFunc: func(_, obj any) { s.nodeChanged(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				s.mu.Lock()
+				delete(s.nodes, n.Name)
+				s.mu.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("follow the Nodes for their stages: %w", err)
+	}
+	s.handler = h
+	return nil
+}
+
+func (s *simStages) nodeChanged(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	p := s.nodes[n.Name]
+	s.mu.Unlock()
+	if p != nil {
+		p.NodeChanged(n)
+	}
 }
 
 func newSimStages(cfg *config.Config) *simStages {
@@ -166,12 +219,17 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agen
 		if source != nil {
 			opts.Stages, opts.Events = source, env.Recorder
 			if env.Client != nil {
-				opts.API = stageAPI{env.Client}
+				opts.API, opts.NodeAPI = stageAPI{env.Client}, stageAPI{env.Client}
 			}
 		}
 		p, err := sim.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("sim provider: %w", err)
+		}
+		if source != nil {
+			if err := stages.follow(env, p); err != nil {
+				return nil, fmt.Errorf("sim provider: %w", err)
+			}
 		}
 		return p, nil
 	}
@@ -204,7 +262,7 @@ func takenNode(cfg *config.Config, layout *nodeLayout, n *corev1.Node) (address,
 }
 
 // stageAPI carries out, with the agent's client, what stages do to a pod
-// in the API server.
+// or a Node in the API server.
 type stageAPI struct{ client kubernetes.Interface }
 
 func (a stageAPI) PatchPod(ctx context.Context, pod *corev1.Pod, pt types.PatchType, data []byte) error {
@@ -217,5 +275,16 @@ func (a stageAPI) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	return a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
 		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+}
+
+func (a stageAPI) PatchNode(ctx context.Context, node *corev1.Node, pt types.PatchType, data []byte) error {
+	_, err := a.client.CoreV1().Nodes().Patch(ctx, node.Name, pt, data, metav1.PatchOptions{})
+	return err
+}
+
+func (a stageAPI) DeleteNode(ctx context.Context, node *corev1.Node) error {
+	return a.client.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{
+		Preconditions: metav1.NewUIDPreconditions(string(node.UID)),
 	})
 }

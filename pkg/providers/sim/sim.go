@@ -134,8 +134,9 @@ type Options struct {
 	// StartDelay, StartJitter, DeleteDelay, DeleteJitter, CompleteRatio,
 	// FailRatio, RunDuration and RunJitter (see stages.go); those must be
 	// left at 0 if it holds stages for Pods when the provider is made. A
-	// pod keeps the lifecycle it started with. Its other stages are
-	// ignored.
+	// pod keeps the lifecycle it started with. Its stages for Nodes play
+	// the node, as NodeChanged shows it (see nodestages.go); stages for
+	// other kinds are ignored.
 	Stages stage.Source
 	// Events records the Events of stages; nil drops them.
 	Events EventRecorder
@@ -143,6 +144,9 @@ type Options struct {
 	// delete of a pod not being deleted; nil skips them (a patch then
 	// changes only the provider's copy of the pod).
 	API StageAPI
+	// NodeAPI carries out the patches of the Node and its delete by stages
+	// for Nodes; nil skips them.
+	NodeAPI NodeStageAPI
 }
 
 // Volumes says which volumes a pod needs attached and whether they are:
@@ -305,6 +309,9 @@ type Provider struct {
 	started             time.Time
 	podsCPU, podsMemory float64
 	nodeCPU             cpuMeter
+
+	// node is the state of the node's stages.
+	node nodeStaging
 
 	// rearming counts goroutines that arm the next timer after one fired
 	// (see async); tests wait for them.
