@@ -144,6 +144,19 @@ func (rs *Rules) Usage(namespace, pod, container string) map[string]float64 {
 	return out
 }
 
+// Empty tells whether there are no rules.
+func (rs *Rules) Empty() bool {
+	if rs == nil {
+		return true
+	}
+	for w := range rs.own {
+		if len(rs.own[w]) > 0 || len(rs.cluster[w]) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Source gives the rules in force now.
 type Source interface {
 	Rules() *Rules
