@@ -22,17 +22,18 @@ import (
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/providers/sim"
+	"github.com/nodelet/nodelet/pkg/simrules"
 	"github.com/nodelet/nodelet/pkg/stage"
 	"github.com/nodelet/nodelet/pkg/stagewatch"
 )
 
 // providerFunc makes the provider of each node as cfg.Provider says: the
 // one place that knows which providers there are.
-func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages) agent.NewProviderFunc {
+func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages, rules *simRules) agent.NewProviderFunc {
 	if cfg.RunsHostPods() {
 		return hostProvider(cfg)
 	}
-	return simProvider(cfg, layout, stages)
+	return simProvider(cfg, layout, stages, rules)
 }
 
 // simStages is where the sim providers' stages come from: the files of
@@ -154,9 +155,71 @@ func (s *simStages) loop() agent.LoopFunc {
 	}
 }
 
+// simRules is where the sim providers' kwok rules (Logs, Exec,
+// PortForward, ResourceUsage and their Cluster kinds) come from: the
+// files of sim.stages, read once when the agent builds its nodes, and
+// the cluster's objects of the kinds sim.enableCRDs names, which a loop
+// of the agent keeps in the set.
+type simRules struct {
+	set   func() (*simrules.Set, error)
+	kinds []simrules.Kind
+}
+
+func newSimRules(cfg *config.Config) *simRules {
+	r := &simRules{}
+	for _, name := range cfg.Sim.EnableCRDs {
+		if k, ok := simrules.KindNamed(name); ok {
+			r.kinds = append(r.kinds, k)
+		}
+	}
+	paths := slices.Clone(cfg.Sim.Stages)
+	r.set = sync.OnceValues(func() (*simrules.Set, error) {
+		files, err := simrules.Load(paths...)
+		if err != nil {
+			return nil, err
+		}
+		return simrules.NewSet(files), nil
+	})
+	return r
+}
+
+// source is the sim providers' rules: nil without any.
+func (r *simRules) source() (simrules.Source, error) {
+	set, err := r.set()
+	if err != nil || (len(r.kinds) == 0 && set.Rules().Empty()) {
+		return nil, err
+	}
+	return set, nil
+}
+
+// loop is the agent's loop that keeps the set to the cluster's objects,
+// or nil without them.
+func (r *simRules) loop() agent.LoopFunc {
+	if len(r.kinds) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, rc *rest.Config, recorder record.EventRecorder) error {
+		set, err := r.set()
+		if err != nil {
+			return fmt.Errorf("kwok rules: %w", err)
+		}
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kwok rules: %w", err)
+		}
+		disc, err := discovery.NewDiscoveryClientForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kwok rules: %w", err)
+		}
+		w := simrules.NewWatcher(dyn, disc, set, r.kinds)
+		w.Recorder = recorder
+		return w.Run(ctx)
+	}
+}
+
 // simProvider makes a sim provider for each node, placed by layout; its
 // pods wait for the attach of their volumes when the agent attaches them.
-func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agent.NewProviderFunc {
+func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages, rules *simRules) agent.NewProviderFunc {
 	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
 	for _, c := range cfg.Sim.NodeConditions {
 		conditions = append(conditions, sim.NodeCondition{
@@ -168,6 +231,10 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agen
 		// The stage files were checked with the config; read once, the
 		// compiled stages are shared by every node.
 		source, err := stages.source()
+		if err != nil {
+			return nil, fmt.Errorf("sim provider: %w", err)
+		}
+		ruleSource, err := rules.source()
 		if err != nil {
 			return nil, fmt.Errorf("sim provider: %w", err)
 		}
@@ -212,6 +279,7 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agen
 			},
 			Pressure: env.NodeConditions,
 			Admit:    env.Admit,
+			Rules:    ruleSource,
 		}
 		if env.Volumes != nil {
 			opts.Volumes = env.Volumes

@@ -8,8 +8,10 @@
 // timer per pod and one per node, and only while something is due; a timer
 // that fires has the next one armed by a short-lived goroutine).
 //
-// It never touches the API server, the host or the network: nodelet's
-// controllers read what it reports and write it to the API.
+// It never touches the API server, the host or the network, but as kwok's
+// objects (Options.Rules) say: it then reads log files, runs commands and
+// dials addresses for the kubelet API's logs, exec and port-forward.
+// nodelet's controllers read what it reports and write it to the API.
 package sim
 
 import (
@@ -31,6 +33,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/simrules"
 	"github.com/nodelet/nodelet/pkg/stage"
 )
 
@@ -147,6 +150,10 @@ type Options struct {
 	// NodeAPI carries out the patches of the Node and its delete by stages
 	// for Nodes; nil skips them.
 	NodeAPI NodeStageAPI
+	// Rules, when set, are kwok's objects for what the pods do besides
+	// their lifecycle: their usage (before Usage's model, see usage.go),
+	// logs, exec and port-forward (see debugging.go).
+	Rules simrules.Source
 }
 
 // Volumes says which volumes a pod needs attached and whether they are:
