@@ -249,18 +249,5 @@ func (p *Provider) PortForward(ctx context.Context, namespace, name string, port
 	if err != nil {
 		return fmt.Errorf("port-forward to port %d: %w", port, err)
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	go func() {
-		_, _ = io.Copy(conn, stream)
-		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.CloseWrite() // the client is done sending; the reply may still come
-		}
-	}()
-	// Done when the target closes the connection (or ctx ends).
-	if _, err = io.Copy(stream, conn); err != nil && !errors.Is(err, net.ErrClosed) {
-		return err
-	}
-	return ctx.Err()
+	return provider.Forward(ctx, conn, stream)
 }
