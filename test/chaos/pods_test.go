@@ -192,14 +192,27 @@ func hostPIDs(tok string) []string {
 }
 
 // starts counts the lines a process pod wrote to out/<name>: its starts.
+// A pod is Running once its process started, which may be before the
+// process has written its line: starts waits up to startWriteGrace for
+// the first line.
 func starts(t *testing.T, out, name string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(out, name))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
+	deadline := time.Now().Add(startWriteGrace)
+	for {
+		data, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(data), "start\n"); n > 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return strings.Count(string(data), "start\n")
 }
+
+// startWriteGrace bounds how long a started pod's process may take to
+// write its line.
+const startWriteGrace = 30 * time.Second
 
 // podNames is prefix-0 … prefix-(n-1).
 func podNames(prefix string, from, n int) []string {

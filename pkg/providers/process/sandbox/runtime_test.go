@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,8 +32,16 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if code == 0 && os.Geteuid() == 0 {
-		// Every test removed its sandboxes: their parent goes too.
-		if err := RemoveCgroupParents(testCgroupName); err != nil {
+		// Every test removed its sandboxes: their parent goes too, once
+		// the last sandbox killed is reaped (by its manager's Wait, a
+		// moment after it died).
+		deadline := time.Now().Add(10 * time.Second)
+		err := RemoveCgroupParents(testCgroupName)
+		for err != nil && errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			err = RemoveCgroupParents(testCgroupName)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "left behind:", err)
 			code = 1
 		}
@@ -271,6 +280,52 @@ func TestStartInSandboxNotServingRecordsNoAttempt(t *testing.T) {
 	e.start(s, ContainerSpec{Name: "main", Args: []string{"sleep", "3600"}})
 	if st, _ := s.Container("main"); st.Attempt != 0 || st.State != StateRunning {
 		t.Errorf("status = %+v, want attempt 0 running", st)
+	}
+}
+
+// TestStartInSandboxKilledDuringTheRequestRecordsNoAttempt: a sandbox
+// killed while it handles a start (the request sent, the connection
+// broken before any reply, its shim not started) makes the start fail
+// with ErrNotRunning and no attempt recorded, as a sandbox that no
+// longer serves. It was once a StartError (exit code 128), which ended a
+// pod that never restarts (test/chaos's sandboxes killed during starts).
+func TestStartInSandboxKilledDuringTheRequestRecordsNoAttempt(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	sock := filepath.Join(s.dir, sandboxSock)
+	if err := os.Rename(sock, sock+".away"); err != nil {
+		t.Fatal(err)
+	}
+	// In the sandbox's place: read the request, then die. Bound through
+	// the directory's descriptor, as the sandbox binds, for the path is
+	// longer than a socket address holds.
+	d, err := os.Open(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	short := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), sandboxSock)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: short, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 64<<10)
+		_, _ = c.Read(buf)
+		_ = syscall.Kill(s.rec.PID, syscall.SIGKILL)
+		c.Close()
+	}()
+	err = s.StartContainer(e.ctx, ContainerSpec{Name: "main", Args: []string{"sleep", "3600"}})
+	if !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("start in a sandbox killed during the request: err = %v, want ErrNotRunning", err)
+	}
+	if st, ok := s.Container("main"); ok {
+		t.Fatalf("status after the start the kill cut short = %+v, want no attempt", st)
 	}
 }
 

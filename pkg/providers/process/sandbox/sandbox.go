@@ -196,7 +196,20 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 		return fmt.Errorf("start container %s: pod sandbox: %w (%w)", spec.Name, ErrNotRunning, err)
 	}
 	if err != nil {
-		s.recordStartError(spec.Name, spec.Attempt, err.Error())
+		switch dead, started := s.diedDuringStart(spec.Name, spec.Attempt); {
+		case dead && !started:
+			// Killed with the request in flight, before its shim started
+			// the container: nothing started; the attempt is not one.
+			if rerr := os.RemoveAll(dir); rerr != nil {
+				logger.Error(rerr, "Removing the container directory of an attempt that never started failed")
+			}
+			return fmt.Errorf("start container %s: pod sandbox: %w (%w)", spec.Name, ErrNotRunning, err)
+		case dead:
+			// Killed once the container had started, which died with it.
+			s.finalize(spec.Name, spec.Attempt)
+		default:
+			s.recordStartError(spec.Name, spec.Attempt, err.Error())
+		}
 		return fmt.Errorf("start container %s: %w", spec.Name, err)
 	}
 	if reply.Error != "" {
@@ -207,6 +220,26 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 	logger.V(2).Info("Started container")
 	return nil
 }
+
+// diedDuringStart tells, after a start's request failed, whether the
+// sandbox died (waiting up to sandboxDeathWait for its process to go)
+// and, if so, whether the attempt's shim had recorded its start.
+func (s *Sandbox) diedDuringStart(name string, attempt int) (dead, started bool) {
+	deadline := time.Now().Add(sandboxDeathWait)
+	for s.Alive() {
+		if time.Now().After(deadline) {
+			return false, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var start startRecord
+	_ = readJSON(filepath.Join(s.attemptDir(name, attempt), stateFile), &start)
+	return true, start.PID != 0
+}
+
+// sandboxDeathWait bounds how long a failed start waits for a sandbox
+// that broke the connection to be gone.
+const sandboxDeathWait = 2 * time.Second
 
 // request sends one message and reads one reply, giving up when ctx ends.
 func (s *Sandbox) request(ctx context.Context, sock string, m message) (message, error) {
