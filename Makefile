@@ -46,6 +46,16 @@ bin/metrics-server: hack/metrics-server/go.mod hack/metrics-server/go.sum
 
 test e2e: bin/metrics-server
 
+# Karpenter's kwok provider, the autoscaler that TestKarpenterDrivesNodelet
+# runs against nodelet's sim agent (docs/kwok.md); its own module in
+# hack/karpenter pins the release.
+bin/karpenter-kwok: hack/karpenter/go.mod hack/karpenter/go.sum
+	cd hack/karpenter && CGO_ENABLED=0 $(GO) build -o ../../bin/karpenter-kwok \
+		-ldflags "-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$$($(GO) list -m -f '{{.Version}}' sigs.k8s.io/karpenter)" \
+		sigs.k8s.io/karpenter/kwok
+
+test e2e: bin/karpenter-kwok
+
 # containerd and its runc shim for the cri provider's tests, from the Go
 # module proxy; hack/containerd pins the release. Without cgo, the btrfs,
 # devmapper and zfs snapshotters are left out. The version is read in
