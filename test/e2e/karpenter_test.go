@@ -52,11 +52,13 @@ spec:
     spec:
       nodeClassRef: {group: karpenter.kwok.sh, kind: KWOKNodeClass, name: %[1]s}
       requirements:
+      - {key: kubernetes.io/os, operator: In, values: [linux]}
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
       - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
       taints:
       - {key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}
       expireAfter: Never
-  limits: {cpu: "100"}
+  limits: {cpu: "1000"}
   disruption:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 5s
