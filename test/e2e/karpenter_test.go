@@ -71,36 +71,41 @@ spec:
 			t.Logf("NodePool %s not deleted: %v", fleet, err)
 		}
 	})
-	// One pod a Node (anti-affinity); no Node has the NodePool's label yet,
-	// so the pods stay Pending until Karpenter makes some.
-	ns := newNamespace(t)
-	start := time.Now()
-	apply(t, ns, fmt.Sprintf(`apiVersion: apps/v1
+	// A Deployment of one pod a Node (anti-affinity); no Node has the
+	// NodePool's label yet, so the pods stay Pending until Karpenter makes
+	// some. Then small pods, which the scheduler puts on those Nodes by
+	// their allocatable, beside the pods Karpenter made them for.
+	deployment := func(name string, replicas int, cpu, affinity string) string {
+		return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: work
+  name: %[1]s
 spec:
-  replicas: %d
+  replicas: %[2]d
   selector:
-    matchLabels: {app: work}
+    matchLabels: {app: %[1]s}
   template:
     metadata:
-      labels: {app: work}
+      labels: {app: %[1]s}
     spec:
-      nodeSelector: {e2e/fleet: %s}
+      nodeSelector: {e2e/fleet: %[3]s}
       tolerations:
-      - {key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-          - labelSelector: {matchLabels: {app: work}}
-            topologyKey: kubernetes.io/hostname
+      - {key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}%[5]s
       containers:
       - name: app
         image: nodelet.io/sample:1
         resources:
-          requests: {cpu: "2", memory: 1Gi}
-`, replicas, fleet))
+          requests: {cpu: "%[4]s", memory: 100Mi}
+`, name, replicas, fleet, cpu, affinity)
+	}
+	ns := newNamespace(t)
+	start := time.Now()
+	apply(t, ns, deployment("work", replicas, "2", `
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {matchLabels: {app: work}}
+            topologyKey: kubernetes.io/hostname`))
 	eventually(t, 180*time.Second, "the pods Running on Nodes Karpenter made", func() (bool, string) {
 		nodes, ready := fleetNodes(t, fleet)
 		claims := karpenterClaims(t, fleet)
@@ -108,6 +113,10 @@ spec:
 			fmt.Sprintf("%d NodeClaims %v; %d Nodes, %d Ready; pods: %s", len(claims), claims, nodes, ready, podSummary(t, ns))
 	})
 	t.Logf("%d pods Running on %d Nodes Karpenter made %s after the Deployment was applied", replicas, replicas, time.Since(start).Round(time.Second))
+	apply(t, ns, deployment("small", replicas, "100m", ""))
+	eventually(t, 60*time.Second, "the small pods Running beside them", func() (bool, string) {
+		return len(runningPods(t, ns)) == 2*replicas, "pods: " + podSummary(t, ns)
+	})
 	taken := a.taken()
 	for _, p := range podList(t, ns).Items {
 		if taken[p.Spec.NodeName] == 0 {
@@ -116,7 +125,7 @@ spec:
 	}
 
 	// No pods: Karpenter removes the empty Nodes, the agent lets them go.
-	kubectl(t, "scale", "-n", ns, "deployment/work", "--replicas=0")
+	kubectl(t, "scale", "-n", ns, "deployment", "--all", "--replicas=0")
 	start = time.Now()
 	eventually(t, 180*time.Second, "Karpenter removes the Nodes and the agent lets them go", func() (bool, string) {
 		nodes, _ := fleetNodes(t, fleet)
@@ -131,7 +140,7 @@ spec:
 		return nodes == 0 && len(claims) == 0 && let == len(taken) && leases == 0,
 			fmt.Sprintf("%d Nodes, NodeClaims %v; the agent let %d of %d go; %d of their Leases left", nodes, claims, let, len(taken), leases)
 	})
-	t.Logf("the Nodes gone and let go %s after the Deployment was scaled to 0", time.Since(start).Round(time.Second))
+	t.Logf("the Nodes gone and let go %s after the Deployments were scaled to 0", time.Since(start).Round(time.Second))
 }
 
 // karpenterClaims are the names of the NodePool's NodeClaims.
