@@ -416,6 +416,10 @@ BENCH_ARGS ?= --scales 1000/5000,5000/10000 --steady 5m --agents nodelet,kwok,kw
 bin/kwok-%:
 	tmp=$$(mktemp -d) && GOBIN=$$tmp $(GO) install sigs.k8s.io/kwok/cmd/kwok@$* && mv $$tmp/kwok $@ && rmdir $$tmp
 
+# TestKwokAndNodeletPlayTheSameStages (test/e2e) runs the pinned kwok
+# beside nodelet on the same stages.
+test e2e: bin/kwok-$(KWOK_VERSION)
+
 bench: build $(foreach v,$(KWOK_VERSIONS),bin/kwok-$(v))
 	$(GO) run ./bench $(BENCH_ARGS) --out bench/results.json \
 		--kwok-version $(KWOK_VERSION) --gomodcache $$($(GO) env GOMODCACHE)

@@ -65,24 +65,28 @@ func New(o Credentials, cfg *config.Config, remote *config.Controller) (*agent.A
 	if remote != nil && nodes.Len() > 0 {
 		opts = append(opts, agent.WithRemoteConfig(remote))
 	}
-	stages := newSimStages(cfg)
+	stages, rules := newSimStages(cfg), newSimRules(cfg)
 	if loop := stages.loop(); loop != nil && !cfg.RunsHostPods() {
 		opts = append(opts, agent.WithLoop("stages", loop))
 	}
-	return agent.New(nodes, providerFunc(cfg, layout, stages), opts...)
+	if loop := rules.loop(); loop != nil && !cfg.RunsHostPods() {
+		opts = append(opts, agent.WithLoop("kwok rules", loop))
+	}
+	return agent.New(nodes, providerFunc(cfg, layout, stages, rules), opts...)
 }
 
 // NewProvider is the constructor of the providers cfg asks for, as New
-// gives it to the agent; the cluster's Stages (sim.enableCRDs), which a
-// loop of the agent watches, are not among its stages.
+// gives it to the agent; the cluster's Stages and other kwok objects
+// (sim.enableCRDs), which loops of the agent watch, are not among its
+// stages and rules.
 func NewProvider(cfg *config.Config) (agent.NewProviderFunc, error) {
 	layout, err := newNodeLayout(cfg)
 	if err != nil {
 		return nil, err
 	}
-	stages := newSimStages(cfg)
-	stages.live = nil
-	return providerFunc(cfg, layout, stages), nil
+	stages, rules := newSimStages(cfg), newSimRules(cfg)
+	stages.live, rules.kinds = nil, nil
+	return providerFunc(cfg, layout, stages, rules), nil
 }
 
 // agentOptions turns the config and the command line's credentials into

@@ -191,7 +191,7 @@ func TestSimNodeDescription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newProvider := simProvider(cfg, layout, newSimStages(cfg))
+	newProvider := simProvider(cfg, layout, newSimStages(cfg), newSimRules(cfg))
 	var built []agent.Provider
 	for _, n := range nodes.List() {
 		p, err := newProvider(&agent.Env{Node: n, Admit: func(*corev1.Pod) error { return nil },

@@ -15,23 +15,25 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
 	"github.com/nodelet/nodelet/pkg/providers/sim"
+	"github.com/nodelet/nodelet/pkg/simrules"
 	"github.com/nodelet/nodelet/pkg/stage"
 	"github.com/nodelet/nodelet/pkg/stagewatch"
 )
 
 // providerFunc makes the provider of each node as cfg.Provider says: the
 // one place that knows which providers there are.
-func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages) agent.NewProviderFunc {
+func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages, rules *simRules) agent.NewProviderFunc {
 	if cfg.RunsHostPods() {
 		return hostProvider(cfg)
 	}
-	return simProvider(cfg, layout, stages)
+	return simProvider(cfg, layout, stages, rules)
 }
 
 // simStages is where the sim providers' stages come from: the files of
@@ -41,6 +43,58 @@ func providerFunc(cfg *config.Config, layout *nodeLayout, stages *simStages) age
 type simStages struct {
 	files func() (stage.Lifecycle, error)
 	live  *stage.Set // nil without the cluster's
+
+	// nodes are the sim providers by node name, which the agent's
+	// informer of its Nodes tells of each change, for their stages for
+	// Nodes; handler is the informer's handler, added with the first.
+	mu      sync.Mutex
+	nodes   map[string]*sim.Provider
+	handler cache.ResourceEventHandlerRegistration
+}
+
+// follow has p told of each change of its Node.
+func (s *simStages) follow(env *agent.Env, p *sim.Provider) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes = map[string]*sim.Provider{}
+	}
+	s.nodes[env.Node.Name] = p
+	if s.handler != nil || env.Nodes == nil {
+		return nil
+	}
+	h, err := env.Nodes.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.nodeChanged,
+		UpdateFunc: func(_, obj any) { s.nodeChanged(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				s.mu.Lock()
+				delete(s.nodes, n.Name)
+				s.mu.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("follow the Nodes for their stages: %w", err)
+	}
+	s.handler = h
+	return nil
+}
+
+func (s *simStages) nodeChanged(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	p := s.nodes[n.Name]
+	s.mu.Unlock()
+	if p != nil {
+		p.NodeChanged(n)
+	}
 }
 
 func newSimStages(cfg *config.Config) *simStages {
@@ -101,9 +155,71 @@ func (s *simStages) loop() agent.LoopFunc {
 	}
 }
 
+// simRules is where the sim providers' kwok rules (Logs, Exec,
+// PortForward, ResourceUsage and their Cluster kinds) come from: the
+// files of sim.stages, read once when the agent builds its nodes, and
+// the cluster's objects of the kinds sim.enableCRDs names, which a loop
+// of the agent keeps in the set.
+type simRules struct {
+	set   func() (*simrules.Set, error)
+	kinds []simrules.Kind
+}
+
+func newSimRules(cfg *config.Config) *simRules {
+	r := &simRules{}
+	for _, name := range cfg.Sim.EnableCRDs {
+		if k, ok := simrules.KindNamed(name); ok {
+			r.kinds = append(r.kinds, k)
+		}
+	}
+	paths := slices.Clone(cfg.Sim.Stages)
+	r.set = sync.OnceValues(func() (*simrules.Set, error) {
+		files, err := simrules.Load(paths...)
+		if err != nil {
+			return nil, err
+		}
+		return simrules.NewSet(files), nil
+	})
+	return r
+}
+
+// source is the sim providers' rules: nil without any.
+func (r *simRules) source() (simrules.Source, error) {
+	set, err := r.set()
+	if err != nil || (len(r.kinds) == 0 && set.Rules().Empty()) {
+		return nil, err
+	}
+	return set, nil
+}
+
+// loop is the agent's loop that keeps the set to the cluster's objects,
+// or nil without them.
+func (r *simRules) loop() agent.LoopFunc {
+	if len(r.kinds) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, rc *rest.Config, recorder record.EventRecorder) error {
+		set, err := r.set()
+		if err != nil {
+			return fmt.Errorf("kwok rules: %w", err)
+		}
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kwok rules: %w", err)
+		}
+		disc, err := discovery.NewDiscoveryClientForConfig(rc)
+		if err != nil {
+			return fmt.Errorf("kwok rules: %w", err)
+		}
+		w := simrules.NewWatcher(dyn, disc, set, r.kinds)
+		w.Recorder = recorder
+		return w.Run(ctx)
+	}
+}
+
 // simProvider makes a sim provider for each node, placed by layout; its
 // pods wait for the attach of their volumes when the agent attaches them.
-func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agent.NewProviderFunc {
+func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages, rules *simRules) agent.NewProviderFunc {
 	conditions := make([]sim.NodeCondition, 0, len(cfg.Sim.NodeConditions))
 	for _, c := range cfg.Sim.NodeConditions {
 		conditions = append(conditions, sim.NodeCondition{
@@ -115,6 +231,10 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agen
 		// The stage files were checked with the config; read once, the
 		// compiled stages are shared by every node.
 		source, err := stages.source()
+		if err != nil {
+			return nil, fmt.Errorf("sim provider: %w", err)
+		}
+		ruleSource, err := rules.source()
 		if err != nil {
 			return nil, fmt.Errorf("sim provider: %w", err)
 		}
@@ -159,6 +279,7 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agen
 			},
 			Pressure: env.NodeConditions,
 			Admit:    env.Admit,
+			Rules:    ruleSource,
 		}
 		if env.Volumes != nil {
 			opts.Volumes = env.Volumes
@@ -166,12 +287,17 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages) agen
 		if source != nil {
 			opts.Stages, opts.Events = source, env.Recorder
 			if env.Client != nil {
-				opts.API = stageAPI{env.Client}
+				opts.API, opts.NodeAPI = stageAPI{env.Client}, stageAPI{env.Client}
 			}
 		}
 		p, err := sim.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("sim provider: %w", err)
+		}
+		if source != nil {
+			if err := stages.follow(env, p); err != nil {
+				return nil, fmt.Errorf("sim provider: %w", err)
+			}
 		}
 		return p, nil
 	}
@@ -207,7 +333,7 @@ func takenNode(cfg *config.Config, layout *nodeLayout, n *corev1.Node) (address,
 }
 
 // stageAPI carries out, with the agent's client, what stages do to a pod
-// in the API server.
+// or a Node in the API server.
 type stageAPI struct{ client kubernetes.Interface }
 
 func (a stageAPI) PatchPod(ctx context.Context, pod *corev1.Pod, pt types.PatchType, data []byte) error {
@@ -220,5 +346,16 @@ func (a stageAPI) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	return a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
 		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+}
+
+func (a stageAPI) PatchNode(ctx context.Context, node *corev1.Node, pt types.PatchType, data []byte) error {
+	_, err := a.client.CoreV1().Nodes().Patch(ctx, node.Name, pt, data, metav1.PatchOptions{})
+	return err
+}
+
+func (a stageAPI) DeleteNode(ctx context.Context, node *corev1.Node) error {
+	return a.client.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{
+		Preconditions: metav1.NewUIDPreconditions(string(node.UID)),
 	})
 }

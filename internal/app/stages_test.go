@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"errors"
+	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -28,7 +30,7 @@ func TestSimProviderStages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newProvider := simProvider(cfg, layout, newSimStages(cfg))
+	newProvider := simProvider(cfg, layout, newSimStages(cfg), newSimRules(cfg))
 	client := fake.NewClientset()
 	p, err := newProvider(&agent.Env{Node: agent.NodeInfo{Name: "sim"}, Client: client,
 		Admit: func(*corev1.Pod) error { return nil }, NodeConditions: func(*corev1.Node) {}, NotReady: func() string { return "" }})
@@ -87,5 +89,60 @@ func TestSimStagesLive(t *testing.T) {
 	cfg.Sim.EnableCRDs = nil
 	if s := newSimStages(cfg); s.loop() != nil || s.live != nil {
 		t.Error("a live set and a loop without enableCRDs")
+	}
+}
+
+// kwok's Logs and other rules in the stage files reach the sim
+// providers; with sim.enableCRDs naming their kinds, the agent gets the
+// loop that watches the cluster's.
+func TestSimRules(t *testing.T) {
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "app.log")
+	if err := os.WriteFile(logs, []byte("2016-10-06T00:17:09.669794202Z stdout F hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(dir, "kwok.yaml")
+	if err := os.WriteFile(rules, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata: {name: all}\nspec:\n  logs: [{logsFile: "+logs+"}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.NodeName = "sim"
+	cfg.Sim.Stages = []string{rules}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	layout, err := newNodeLayout(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newSimRules(cfg)
+	if r.loop() != nil {
+		t.Error("a loop without enableCRDs")
+	}
+	p, err := simProvider(cfg, layout, newSimStages(cfg), r)(&agent.Env{Node: agent.NodeInfo{Name: "sim"}, Client: fake.NewClientset(),
+		Admit: func(*corev1.Pod) error { return nil }, NodeConditions: func(*corev1.Node) {}, NotReady: func() string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "u"},
+		Spec:       corev1.PodSpec{NodeName: "sim", Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+	}
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := p.(provider.LogsProvider).GetContainerLogs(ctx, "ns", "p", "c", provider.ContainerLogOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if out, err := io.ReadAll(rc); err != nil || string(out) != "hello\n" {
+		t.Errorf("logs %q, %v; want the ClusterLogs' file", out, err)
+	}
+
+	cfg.Sim.EnableCRDs = []string{"Stage", "Logs", "ClusterExec"}
+	if r := newSimRules(cfg); r.loop() == nil || len(r.kinds) != 2 {
+		t.Errorf("kinds %v, want a loop watching Logs and ClusterExec", r.kinds)
 	}
 }

@@ -44,7 +44,7 @@ func TestTakenNodeDescription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newProvider := simProvider(cfg, layout, newSimStages(cfg))
+	newProvider := simProvider(cfg, layout, newSimStages(cfg), newSimRules(cfg))
 	theirs := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "kwok-7"},
 		Spec:       corev1.NodeSpec{PodCIDR: "10.99.0.0/24"},

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
@@ -69,4 +70,64 @@ func (b *multiNodeBackend) NodeForPod(namespace, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// podProvider is the provider of the node that runs the pod.
+func (b *multiNodeBackend) podProvider(namespace, name string) (provider.PodLifecycleHandler, error) {
+	node, ok := b.NodeForPod(namespace, name)
+	if !ok {
+		return nil, fmt.Errorf("%s/%s: %w", namespace, name, provider.ErrNotFound)
+	}
+	return b.pods[node], nil
+}
+
+// The streaming and log endpoints go to the pod's node's provider, when
+// it has the capability; provider.ErrNotSupported otherwise.
+
+func (b *multiNodeBackend) GetContainerLogs(ctx context.Context, namespace, pod, container string, opts provider.ContainerLogOpts) (io.ReadCloser, error) {
+	p, err := b.podProvider(namespace, pod)
+	if err != nil {
+		return nil, err
+	}
+	lp, ok := p.(provider.LogsProvider)
+	if !ok {
+		return nil, fmt.Errorf("container logs: %w", provider.ErrNotSupported)
+	}
+	return lp.GetContainerLogs(ctx, namespace, pod, container, opts)
+}
+
+func (b *multiNodeBackend) RunInContainer(ctx context.Context, namespace, pod, container string, cmd []string, attach provider.AttachIO) error {
+	p, err := b.podProvider(namespace, pod)
+	if err != nil {
+		return err
+	}
+	ep, ok := p.(provider.ExecProvider)
+	if !ok {
+		return fmt.Errorf("exec: %w", provider.ErrNotSupported)
+	}
+	return ep.RunInContainer(ctx, namespace, pod, container, cmd, attach)
+}
+
+func (b *multiNodeBackend) AttachToContainer(ctx context.Context, namespace, pod, container string, attach provider.AttachIO) error {
+	p, err := b.podProvider(namespace, pod)
+	if err != nil {
+		return err
+	}
+	ap, ok := p.(provider.AttachProvider)
+	if !ok {
+		return fmt.Errorf("attach: %w", provider.ErrNotSupported)
+	}
+	return ap.AttachToContainer(ctx, namespace, pod, container, attach)
+}
+
+func (b *multiNodeBackend) PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error {
+	p, err := b.podProvider(namespace, pod)
+	if err != nil {
+		return err
+	}
+	fp, ok := p.(provider.PortForwardProvider)
+	if !ok {
+		return fmt.Errorf("port forwarding: %w", provider.ErrNotSupported)
+	}
+	return fp.PortForward(ctx, namespace, pod, port, stream)
 }

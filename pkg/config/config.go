@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nodelet/nodelet/pkg/eviction"
+	"github.com/nodelet/nodelet/pkg/simrules"
 	"github.com/nodelet/nodelet/pkg/stage"
 )
 
@@ -437,9 +439,16 @@ type SimConfig struct {
 	// startDelay, startJitter, deleteDelay, deleteJitter, completeRatio,
 	// failRatio, runDuration and runJitter, which must then be left
 	// unset. Default none: the built-in lifecycle.
+	// The same files may hold kwok's Logs, Exec, PortForward and
+	// ResourceUsage objects and their Cluster kinds, as a kwok --config
+	// file does: they say what the pods' logs, exec, port-forward and
+	// usage are (see docs/kwok.md).
 	Stages []string `json:"stages,omitempty"`
 	// EnableCRDs names kwok's CRDs whose objects in the cluster the sim
-	// provider follows, as kwok's --enable-crds: only "Stage" so far. With
+	// provider follows, as kwok's --enable-crds: "Stage", and "Logs",
+	// "ClusterLogs", "Exec", "ClusterExec", "PortForward",
+	// "ClusterPortForward", "ResourceUsage", "ClusterResourceUsage", whose
+	// objects are followed live beside those of the stages' files. With
 	// Stage, the Stage objects of the cluster (stages.kwok.x-k8s.io) are
 	// watched and played after those of stages, live: a pod created while
 	// there are stages for Pods is played by them, one created while there
@@ -448,8 +457,18 @@ type SimConfig struct {
 	EnableCRDs []string `json:"enableCRDs,omitempty"`
 }
 
-// CRDStage is kwok's Stage CRD, the one of sim.enableCRDs supported.
+// CRDStage is kwok's Stage CRD; the others of sim.enableCRDs are
+// simrules.Kinds.
 const CRDStage = "Stage"
+
+// SupportedCRDs are the kinds sim.enableCRDs accepts.
+func SupportedCRDs() []string {
+	out := []string{CRDStage}
+	for _, k := range simrules.Kinds {
+		out = append(out, k.Name)
+	}
+	return out
+}
 
 // SimUsage is how simulated pods use CPU and memory when no annotation
 // says.
@@ -973,8 +992,8 @@ func (s *SimConfig) validate(p *field.Path) field.ErrorList {
 	}
 	errs = append(errs, s.validateStages(p)...)
 	for i, crd := range s.EnableCRDs {
-		if crd != CRDStage {
-			errs = append(errs, field.NotSupported(p.Child("enableCRDs").Index(i), crd, []string{CRDStage}))
+		if !slices.Contains(SupportedCRDs(), crd) {
+			errs = append(errs, field.NotSupported(p.Child("enableCRDs").Index(i), crd, SupportedCRDs()))
 		}
 	}
 	if s.NodeAddresses != "" {
@@ -1174,6 +1193,10 @@ func (s *SimConfig) validateStages(p *field.Path) field.ErrorList {
 			continue
 		}
 		podStages += len(l.For("v1", "Pod"))
+		// kwok's other kinds in the same files.
+		if _, err := simrules.Load(path); err != nil {
+			errs = append(errs, field.Invalid(ip, path, err.Error()))
+		}
 	}
 	if podStages == 0 {
 		return errs

@@ -191,6 +191,10 @@ func TestValidateSimStages(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata: {name: broken}\nspec:\n  resourceRef: {apiGroup: v1, kind: Pod}\n  selector: {matchExpressions: [{key: '.status.[', operator: In, values: [x]}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badRule := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(badRule, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ResourceUsage\nmetadata: {name: web}\nspec:\n  usages: [{usage: {cpu: {expression: '1'}}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		sim     func(*SimConfig)
@@ -202,8 +206,10 @@ func TestValidateSimStages(t *testing.T) {
 			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{bad, `stage "broken"`, "spec.selector.matchExpressions[0]"}},
 		{name: "missing and empty", sim: func(s *SimConfig) { s.Stages = []string{"/no/such/stages", ""} },
 			wantErr: []string{"sim.stages[0]", "sim.stages[1]"}},
-		{name: "enableCRDs", sim: func(s *SimConfig) { s.EnableCRDs = []string{"Stage", "Logs"} },
-			wantErr: []string{"sim.enableCRDs[1]"}},
+		{name: "enableCRDs", sim: func(s *SimConfig) { s.EnableCRDs = []string{"Stage", "Logs", "Attach", "ClusterResourceUsage"} },
+			wantErr: []string{"sim.enableCRDs[2]"}},
+		{name: "bad kwok object beside the stages", sim: func(s *SimConfig) { s.Stages = []string{kwokFast, badRule} },
+			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{badRule, "ResourceUsage default/web", "spec.usages[0].usage[cpu].expression", "CEL expressions are not supported"}},
 		{name: "cluster stages beside the pod lifecycle settings", sim: func(s *SimConfig) {
 			s.EnableCRDs, s.StartDelay.Duration = []string{"Stage"}, time.Second
 		}},

@@ -177,6 +177,15 @@ func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.P
 	for _, g := range pod.Spec.ReadinessGates {
 		ready = ready && gates[g.ConditionType]
 	}
+	// Why not, as the kubelet says it: a pod that finished is not ready
+	// because it completed or failed.
+	notReady := podrules.ReasonNotReady
+	switch status.Phase {
+	case corev1.PodSucceeded:
+		notReady = podrules.ReasonPodCompleted
+	case corev1.PodFailed:
+		notReady = podrules.ReasonPodFailed
+	}
 	set := func(t corev1.PodConditionType, ok bool) {
 		s := corev1.ConditionFalse
 		if ok {
@@ -186,7 +195,7 @@ func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.P
 			if conds[i].Type == t {
 				if conds[i].Status != s {
 					conds[i].Status = s
-					conds[i].Reason = "ContainersNotReady"
+					conds[i].Reason, conds[i].Message = notReady, ""
 					if ok {
 						conds[i].Reason = ""
 					}
@@ -196,7 +205,7 @@ func consistentReady(pod *corev1.Pod, status *corev1.PodStatus, conds []corev1.P
 		}
 		cond := corev1.PodCondition{Type: t, Status: s}
 		if !ok {
-			cond.Reason = "ContainersNotReady"
+			cond.Reason = notReady
 		}
 		conds = append(conds, cond)
 	}

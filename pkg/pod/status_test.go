@@ -92,6 +92,24 @@ func TestMergeStatus(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod that finished is not ready because it completed", func(t *testing.T) {
+		// kwok's pod-complete stage reports a Succeeded pod Ready, its
+		// terminated container ready.
+		reported := api.Status.DeepCopy()
+		reported.Phase = corev1.PodSucceeded
+		for i := range reported.ContainerStatuses {
+			reported.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
+		}
+		reported.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "stale"}}
+		got := mergeStatus(api, reported)
+		for _, typ := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+			if c := condition(got, typ); c == nil || c.Status != corev1.ConditionFalse || c.Reason != "PodCompleted" || c.Message != "" {
+				t.Errorf("%s = %+v, want False, PodCompleted, as the kubelet says it", typ, c)
+			}
+		}
+	})
+
 	t.Run("Ready waits for readiness gates", func(t *testing.T) {
 		gated := api.DeepCopy()
 		gated.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: "example.com/gate"}}

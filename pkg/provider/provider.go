@@ -27,6 +27,12 @@ import (
 // the pod asked for.
 var ErrNotFound = errors.New("pod not found in provider")
 
+// ErrNotSupported is returned (wrapped) by an optional capability
+// (logs, exec, port-forward …) that the provider has but that does not
+// apply to the pod asked about: the kubelet API answers as if the
+// provider had no such capability.
+var ErrNotSupported = errors.New("not supported by the provider")
+
 // PodLifecycleHandler runs the pods bound to one node. Calls for different
 // pods may come concurrently; calls for one pod never do. The pods passed in
 // are the caller's copies: a provider may keep them, and the caller does not

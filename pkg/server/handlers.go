@@ -208,10 +208,13 @@ func notImplemented(w http.ResponseWriter, what string) {
 }
 
 // providerError answers an error of the backend: 404 for an unknown pod,
-// else status.
+// 501 for what the provider does not support for it, else status.
 func providerError(w http.ResponseWriter, err error, status int) {
-	if errors.Is(err, provider.ErrNotFound) {
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
 		status = http.StatusNotFound
+	case errors.Is(err, provider.ErrNotSupported):
+		status = http.StatusNotImplemented
 	}
 	http.Error(w, err.Error(), status)
 }

@@ -33,11 +33,19 @@ func Load(paths ...string) ([]*kwokv1alpha1.Stage, error) {
 // eachFile calls fn with every file of paths (as Load finds them),
 // joining the errors of all.
 func eachFile(paths []string, fn func(file string) error) error {
+	return EachFile("stages", paths, fn)
+}
+
+// EachFile calls fn with every file of paths: each path that is a file,
+// and the .yaml, .yml and .json files of each that is a directory, in
+// name order. It joins the errors of all; those of a path it cannot read
+// start with what ("stages: …").
+func EachFile(what string, paths []string, fn func(file string) error) error {
 	var errs []error
 	for _, p := range paths {
 		files, err := filesOf(p)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 			continue
 		}
 		for _, f := range files {
@@ -65,14 +73,14 @@ func loadFile(f string) ([]*kwokv1alpha1.Stage, error) {
 func filesOf(p string) ([]string, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
-		return nil, fmt.Errorf("stages: %w", err)
+		return nil, err
 	}
 	if !fi.IsDir() {
 		return []string{p}, nil
 	}
 	entries, err := os.ReadDir(p)
 	if err != nil {
-		return nil, fmt.Errorf("stages: %w", err)
+		return nil, err
 	}
 	var out []string
 	for _, e := range entries {

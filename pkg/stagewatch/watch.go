@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -65,7 +66,7 @@ func New(client dynamic.Interface, disc discovery.DiscoveryInterface, set *stage
 func (w *Watcher) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("stages")
 	ctx = klog.NewContext(ctx, logger)
-	if err := w.waitServed(ctx); err != nil {
+	if err := WaitServed(ctx, w.discovery, Resource, w.DiscoveryInterval); err != nil {
 		return nil // stopped
 	}
 	inf := dynamicinformer.NewFilteredDynamicInformer(w.client, Resource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
@@ -98,20 +99,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// waitServed returns once the API serves the Stage resource, or ctx's
-// error.
-func (w *Watcher) waitServed(ctx context.Context) error {
-	interval := w.DiscoveryInterval
+// WaitServed returns once the API serves resource, looking every
+// interval (default DefaultDiscoveryInterval), or ctx's error. It logs
+// once that it waits.
+func WaitServed(ctx context.Context, d discovery.DiscoveryInterface, resource schema.GroupVersionResource, interval time.Duration) error {
 	if interval <= 0 {
 		interval = DefaultDiscoveryInterval
 	}
 	logged := false
 	for {
-		if served(w.discovery) {
+		if served(d, resource) {
 			return nil
 		}
 		if !logged {
-			klog.FromContext(ctx).Info("kwok's Stage resource is not served; looking again periodically", "resource", Resource.String(), "interval", interval)
+			klog.FromContext(ctx).Info("kwok's resource is not served; looking again periodically", "resource", resource.String(), "interval", interval)
 			logged = true
 		}
 		select {
@@ -122,13 +123,13 @@ func (w *Watcher) waitServed(ctx context.Context) error {
 	}
 }
 
-func served(d discovery.DiscoveryInterface) bool {
-	list, err := d.ServerResourcesForGroupVersion(Resource.GroupVersion().String())
+func served(d discovery.DiscoveryInterface, resource schema.GroupVersionResource) bool {
+	list, err := d.ServerResourcesForGroupVersion(resource.GroupVersion().String())
 	if err != nil || list == nil {
 		return false
 	}
 	for _, r := range list.APIResources {
-		if r.Name == Resource.Resource {
+		if r.Name == resource.Resource {
 			return true
 		}
 	}

@@ -44,7 +44,7 @@ spec:
 // annotation plays its pods with kwok's own general pod stages, read from
 // files: a pod's init container runs and completes before the pod is
 // Ready, a Job's pod succeeds so that the Job completes, and a deleted pod
-// is gone.
+// is gone. It plays the Node with kwok's node-initialize and chaos stages.
 func TestKwokStagesPlayPods(t *testing.T) {
 	dir, err := filepath.Abs("../../pkg/stage/testdata/kwok/pod/general")
 	if err != nil {
@@ -54,6 +54,7 @@ func TestKwokStagesPlayPods(t *testing.T) {
 	for _, f := range []string{"pod-create", "pod-init-container-running", "pod-init-container-completed", "pod-ready", "pod-complete", "pod-delete"} {
 		files = append(files, filepath.Join(dir, f+".yaml"))
 	}
+	files = append(files, filepath.Join(dir, "../../node/fast/node-initialize.yaml"), filepath.Join(dir, "../../node/chaos/node-not-ready.yaml"))
 	fleet := uniqueName(t)
 	cleanupFleet(t, fleet, 1)
 	kubectl(t, "apply", "-f", writeFile(t, "nodes.yaml", kwokNodes(fleet, 0, 1)))
@@ -94,4 +95,16 @@ func TestKwokStagesPlayPods(t *testing.T) {
 		}
 		return false, fmt.Sprintf("phase %s, deletion at %v", pod.Status.Phase, pod.DeletionTimestamp)
 	})
+
+	// kwok's chaos stage for Nodes, as its users trigger it: a label makes
+	// the node NotReady with the reason an annotation gives, and taking the
+	// label off has kwok's node-initialize make it Ready again.
+	kubectl(t, "annotate", "node", node, "node-not-ready.stage.kwok.x-k8s.io/reason=Maintenance")
+	kubectl(t, "label", "node", node, "node-not-ready.stage.kwok.x-k8s.io=true")
+	kubectl(t, "wait", "node/"+node, "--for=condition=Ready=false", "--timeout=60s")
+	if reason := kubectl(t, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`); reason != "Maintenance" {
+		t.Errorf("NotReady node's reason %q, want the annotation's Maintenance", reason)
+	}
+	kubectl(t, "label", "node", node, "node-not-ready.stage.kwok.x-k8s.io-")
+	kubectl(t, "wait", "node/"+node, "--for=condition=Ready=true", "--timeout=60s")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/hostnode"
 	"github.com/nodelet/nodelet/pkg/lifecycle"
+	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 )
 
@@ -217,20 +218,7 @@ func (s hostSandbox) PortForward(ctx context.Context, port int32, stream io.Read
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	go func() {
-		_, _ = io.Copy(conn, stream)
-		if tc, ok := conn.(*net.TCPConn); ok {
-			_ = tc.CloseWrite() // the client is done sending; the reply may still come
-		}
-	}()
-	// Done when the pod closes the connection (or ctx ends).
-	if _, err = io.Copy(stream, conn); err != nil && !errors.Is(err, net.ErrClosed) {
-		return err
-	}
-	return ctx.Err()
+	return provider.Forward(ctx, conn, stream)
 }
 
 // resources are a container's cgroup limits: its limits, and its CPU

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -43,7 +44,8 @@ func (p *Provider) pingError() error {
 
 // ConfigureNode describes the simulated node: its pod range and provider
 // ID, capacity and allocatable, healthy conditions, addresses, nodeInfo
-// and the kubelet endpoint. It adds the well-known node labels that are not
+// and the kubelet endpoint, with what the node's stages rendered merged
+// over them. It adds the well-known node labels that are not
 // set yet (zone, region and instance type when the options give them). The
 // node conditions of Options.NodeConditions that this node shows are
 // applied over the healthy ones as the clock stands now. Conditions of
@@ -95,6 +97,7 @@ func (p *Provider) ConfigureNode(_ context.Context, node *corev1.Node) {
 	s.NodeInfo.KernelVersion = "nodelet sim"
 	s.NodeInfo.OSImage = "nodelet sim"
 	s.DaemonEndpoints.KubeletEndpoint.Port = p.opts.Port
+	p.applyNodeStages(node)
 }
 
 // setNodeCondition sets one condition's status, reason and message, keeping
@@ -205,32 +208,41 @@ func standardCondition(t corev1.NodeConditionType) bool {
 }
 
 // NotifyNodeStatus sets the function called at each flip of one of the
-// node's scheduled conditions, so that nodelet reports the new status at
-// once. One timer of the injected clock is pending at a time, for the next
-// flip, and none when no condition flips on this node or once ctx is done.
-// A later call replaces the function.
+// node's scheduled conditions, and after each stage for Nodes that
+// changed the status, so that nodelet reports the new status at once. One
+// timer of the injected clock is pending at a time, for the next flip,
+// and none when no condition flips on this node or once ctx is done; the
+// node's stages play only while the function is set and ctx not done. A
+// later call replaces the function.
 func (p *Provider) NotifyNodeStatus(ctx context.Context, notify func()) {
 	p.mu.Lock()
 	p.nodeGen++
 	gen := p.nodeGen
 	p.nodeNotify = notify
 	old := cancelLocked(&p.flip)
+	seen := p.node.view != nil
 	p.mu.Unlock()
 	stopTimer(old)
 
+	context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		var flip, staged clock.Timer
+		if p.nodeGen == gen {
+			p.nodeNotify = nil
+			flip, staged = cancelLocked(&p.flip), cancelLocked(&p.node.timer)
+			p.node.stage = nil
+		}
+		p.mu.Unlock()
+		stopTimer(flip)
+		stopTimer(staged)
+	})
+	if seen {
+		// The Node was seen before anyone asked for its status.
+		p.matchNode(klog.Background().WithValues("node", p.opts.NodeName), p.clock.Now())
+	}
 	if _, ok := p.nextFlip(p.clock.Now()); !ok {
 		return
 	}
-	context.AfterFunc(ctx, func() {
-		p.mu.Lock()
-		var t clock.Timer
-		if p.nodeGen == gen {
-			p.nodeNotify = nil
-			t = cancelLocked(&p.flip)
-		}
-		p.mu.Unlock()
-		stopTimer(t)
-	})
 	p.armFlip(gen, p.clock.Now())
 }
 

@@ -8,8 +8,10 @@
 // timer per pod and one per node, and only while something is due; a timer
 // that fires has the next one armed by a short-lived goroutine).
 //
-// It never touches the API server, the host or the network: nodelet's
-// controllers read what it reports and write it to the API.
+// It never touches the API server, the host or the network, but as kwok's
+// objects (Options.Rules) say: it then reads log files, runs commands and
+// dials addresses for the kubelet API's logs, exec and port-forward.
+// nodelet's controllers read what it reports and write it to the API.
 package sim
 
 import (
@@ -31,6 +33,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/podrules"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/simrules"
 	"github.com/nodelet/nodelet/pkg/stage"
 )
 
@@ -134,8 +137,9 @@ type Options struct {
 	// StartDelay, StartJitter, DeleteDelay, DeleteJitter, CompleteRatio,
 	// FailRatio, RunDuration and RunJitter (see stages.go); those must be
 	// left at 0 if it holds stages for Pods when the provider is made. A
-	// pod keeps the lifecycle it started with. Its other stages are
-	// ignored.
+	// pod keeps the lifecycle it started with. Its stages for Nodes play
+	// the node, as NodeChanged shows it (see nodestages.go); stages for
+	// other kinds are ignored.
 	Stages stage.Source
 	// Events records the Events of stages; nil drops them.
 	Events EventRecorder
@@ -143,6 +147,13 @@ type Options struct {
 	// delete of a pod not being deleted; nil skips them (a patch then
 	// changes only the provider's copy of the pod).
 	API StageAPI
+	// NodeAPI carries out the patches of the Node and its delete by stages
+	// for Nodes; nil skips them.
+	NodeAPI NodeStageAPI
+	// Rules, when set, are kwok's objects for what the pods do besides
+	// their lifecycle: their usage (before Usage's model, see usage.go),
+	// logs, exec and port-forward (see debugging.go).
+	Rules simrules.Source
 }
 
 // Volumes says which volumes a pod needs attached and whether they are:
@@ -305,6 +316,9 @@ type Provider struct {
 	started             time.Time
 	podsCPU, podsMemory float64
 	nodeCPU             cpuMeter
+
+	// node is the state of the node's stages.
+	node nodeStaging
 
 	// rearming counts goroutines that arm the next timer after one fired
 	// (see async); tests wait for them.

@@ -78,7 +78,8 @@ func (p *Provider) matchLocked(logger klog.Logger, st *simPod, now time.Time) {
 	logger.V(5).Info("Simulated pod matched a stage", "pod", klog.KObj(st.pod), "stage", s.Name(), "delay", d)
 }
 
-// stageEnv is what the templates of the pod's stages see.
+// stageEnv is what the templates of the pod's stages see, or of the
+// node's when st is nil.
 func (p *Provider) stageEnv(st *simPod, at time.Time) *stage.Env {
 	env := &stage.Env{
 		Now: at, StartTime: p.started,
@@ -87,7 +88,7 @@ func (p *Provider) stageEnv(st *simPod, at time.Time) *stage.Env {
 	if p.opts.Address != "" {
 		env.NodeIPs = []string{p.opts.Address}
 	}
-	if st.podIP != "" {
+	if st != nil && st.podIP != "" {
 		env.PodIPs = []string{st.podIP}
 	}
 	return env

@@ -159,7 +159,7 @@ func (p *Provider) podStatsLocked(st *simPod, now time.Time) (statsv1alpha1.PodS
 		}
 	}
 	// The pod's load: from its annotations, else a share of the requests
-	// of its running containers.
+	// of its running containers; kwok's objects come first (below).
 	weights := make([][2]float64, len(pod.Spec.Containers))
 	var sumCPU, sumMem float64
 	for i := range pod.Spec.Containers {
@@ -192,6 +192,42 @@ func (p *Provider) podStatsLocked(st *simPod, now time.Time) (statsv1alpha1.PodS
 	if st.meters == nil {
 		st.meters = make([]cpuMeter, len(pod.Spec.Containers)+1)
 	}
+	// Each running container's share, unless kwok's ResourceUsage or
+	// ClusterResourceUsage names its figures: then the pod's are the sum
+	// of its containers'.
+	rules := p.rules()
+	type figures struct{ cpu, mem float64 }
+	containers := make([]figures, len(pod.Spec.Containers))
+	var sum figures
+	overridden := false
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if _, ok := running[c.Name]; !ok {
+			continue
+		}
+		share := [2]float64{1 / float64(len(running)), 1 / float64(len(running))}
+		if sumCPU > 0 {
+			share[0] = weights[i][0] / sumCPU
+		}
+		if sumMem > 0 {
+			share[1] = weights[i][1] / sumMem
+		}
+		f := figures{cpu * share[0], mem * share[1]}
+		if u := rules.Usage(pod.Namespace, pod.Name, c.Name); u != nil {
+			if v, ok := u[string(corev1.ResourceCPU)]; ok {
+				f.cpu, overridden = v*1e9, true
+			}
+			if v, ok := u[string(corev1.ResourceMemory)]; ok {
+				f.mem, overridden = v, true
+			}
+		}
+		containers[i] = f
+		sum.cpu += f.cpu
+		sum.mem += f.mem
+	}
+	if overridden {
+		cpu, mem = sum.cpu, sum.mem
+	}
 	ps := statsv1alpha1.PodStats{
 		PodRef: statsv1alpha1.PodReference{Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID)},
 		CPU:    cpuStats(now, cpu, st.meters[0].advance(now, cpu)),
@@ -206,19 +242,12 @@ func (p *Provider) podStatsLocked(st *simPod, now time.Time) (statsv1alpha1.PodS
 		if !ok || i+1 >= len(st.meters) {
 			continue
 		}
-		share := [2]float64{1 / float64(len(running)), 1 / float64(len(running))}
-		if sumCPU > 0 {
-			share[0] = weights[i][0] / sumCPU
-		}
-		if sumMem > 0 {
-			share[1] = weights[i][1] / sumMem
-		}
-		ccpu := cpu * share[0]
+		f := containers[i]
 		ps.Containers = append(ps.Containers, statsv1alpha1.ContainerStats{
 			Name:      c.Name,
 			StartTime: started,
-			CPU:       cpuStats(now, ccpu, st.meters[i+1].advance(now, ccpu)),
-			Memory:    memoryStats(now, mem*share[1]),
+			CPU:       cpuStats(now, f.cpu, st.meters[i+1].advance(now, f.cpu)),
+			Memory:    memoryStats(now, f.mem),
 		})
 	}
 	return ps, true

@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// kwokBinary is the kwok release the comparison runs (make test builds it
+// from the module proxy: bin/kwok-$(KWOK_VERSION)), the version whose
+// published stages pkg/stage/testdata/kwok holds.
+const kwokBinary = "bin/kwok-v0.8.0"
+
+// startKwok runs kwok, managing the Nodes of fleet (kwok's annotation and
+// e2e/takeover=fleet) with the stage files given, until the test ends.
+func startKwok(t *testing.T, fleet string, stageFiles []string) {
+	t.Helper()
+	args := []string{"--kubeconfig", kubeconfig,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake,e2e/takeover=" + fleet,
+		"--node-lease-duration-seconds=10", "--cidr=10.251.0.0/16", "--node-ip=127.0.0.1"}
+	for _, f := range stageFiles {
+		args = append(args, "--config", f)
+	}
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "kwok.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(root, kwokBinary), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = stopWithParent()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start kwok: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logFile.Close() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			out, _ := os.ReadFile(logFile.Name())
+			t.Logf("kwok log:\n%s", lastLines(string(out), 40))
+		}
+	})
+}
+
+// playedStatus is what of a pod's status stages decide, times, IPs and
+// IDs aside: the phase, the conditions, and each container's state.
+func playedStatus(pod *corev1.Pod) []string {
+	out := []string{"phase " + string(pod.Status.Phase)}
+	if pod.Status.PodIP != "" {
+		out = append(out, "has a pod IP")
+	}
+	if pod.Status.HostIP != "" {
+		out = append(out, "has a host IP")
+	}
+	if pod.Status.StartTime != nil {
+		out = append(out, "has a start time")
+	}
+	for _, c := range pod.Status.Conditions {
+		out = append(out, fmt.Sprintf("condition %s=%s %s", c.Type, c.Status, c.Reason))
+	}
+	states := func(kind string, list []corev1.ContainerStatus) {
+		for _, c := range list {
+			s := fmt.Sprintf("%s %s ready=%v restarts=%d", kind, c.Name, c.Ready, c.RestartCount)
+			switch st := c.State; {
+			case st.Waiting != nil:
+				s += " waiting " + st.Waiting.Reason
+			case st.Running != nil:
+				s += " running"
+			case st.Terminated != nil:
+				s += fmt.Sprintf(" terminated %s %d", st.Terminated.Reason, st.Terminated.ExitCode)
+			}
+			if c.Started != nil {
+				s += fmt.Sprintf(" started=%v", *c.Started)
+			}
+			out = append(out, s)
+		}
+	}
+	states("init container", pod.Status.InitContainerStatuses)
+	states("container", pod.Status.ContainerStatuses)
+	slices.Sort(out)
+	return out
+}
+
+// asKubeletSays is what kwok's stages decided of a pod, with the one
+// difference nodelet makes on purpose (docs/kwok.md): kwok's pod-complete
+// leaves a finished pod Ready, and nodelet's pod controller reports it not
+// ready because it completed, as the kubelet does.
+func asKubeletSays(played []string) []string {
+	if !slices.Contains(played, "phase Succeeded") {
+		return played
+	}
+	out := slices.Clone(played)
+	for i, s := range out {
+		switch s {
+		case "condition ContainersReady=True ", "condition Ready=True ":
+			out[i] = strings.Replace(s, "=True ", "=False PodCompleted", 1)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestKwokAndNodeletPlayTheSameStages is issue 28's comparison on one
+// control plane: kwok and nodelet each take over a Node applied with
+// kwok's annotation, both with kwok's own general pod stages and its
+// node-initialize, and run the same pods (one with an init container, a
+// Job's pod). What the stages decide of each pod's status (phase,
+// conditions, container states; times, IPs and IDs aside) is the same
+// under both, and so are the Nodes' conditions; a deleted pod is gone
+// under both. The times each took are logged, not compared.
+func TestKwokAndNodeletPlayTheSameStages(t *testing.T) {
+	dir, err := filepath.Abs("../../pkg/stage/testdata/kwok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range []string{"pod-create", "pod-init-container-running", "pod-init-container-completed", "pod-ready", "pod-complete", "pod-delete"} {
+		files = append(files, filepath.Join(dir, "pod", "general", f+".yaml"))
+	}
+	files = append(files, filepath.Join(dir, "node", "fast", "node-initialize.yaml"))
+
+	fleet := uniqueName(t)
+	agents := map[string]string{"kwok": fleet + "-k", "nodelet": fleet + "-n"}
+	for _, f := range agents {
+		cleanupFleet(t, f, 1)
+		kubectl(t, "apply", "-f", writeFile(t, f+".yaml", kwokNodes(f, 0, 1)))
+	}
+	startKwok(t, agents["kwok"], files)
+	startTakeover(t, agents["nodelet"], "--sim-stages", strings.Join(files, ","))
+	ctx := context.Background()
+	for agent, f := range agents {
+		eventually(t, 60*time.Second, agent+"'s Node Ready", func() (bool, string) {
+			_, ready := fleetNodes(t, f)
+			return ready == 1, fmt.Sprintf("%d Ready", ready)
+		})
+	}
+
+	namespaces := map[string]string{}
+	created := map[string]time.Time{}
+	for agent, f := range agents {
+		ns := newNamespace(t)
+		namespaces[agent] = ns
+		created[agent] = time.Now()
+		kubectl(t, "apply", "-f", writeFile(t, agent+"-pods.yaml", stagedPods(ns, f+"-0")))
+	}
+	for agent, ns := range namespaces {
+		eventually(t, 90*time.Second, agent+"'s pod Running and its Job complete", func() (bool, string) {
+			pod, err := client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			job := kubectl(t, "get", "-n", ns, "job/once", "-o", `jsonpath={.status.conditions[?(@.type=="Complete")].status}`)
+			ready := slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			})
+			return ready && job == "True", fmt.Sprintf("pod %s Ready %v, Job complete %q", pod.Status.Phase, ready, job)
+		})
+		t.Logf("%s: the pod Ready and the Job complete %s after they were applied", agent, time.Since(created[agent]).Round(100*time.Millisecond))
+	}
+
+	jobPod := func(ns string) *corev1.Pod {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=once"})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("the Job's pod in %s: %v (%d)", ns, err, len(pods.Items))
+		}
+		return &pods.Items[0]
+	}
+	compare := func(what string, kwok, nodelet []string) {
+		if !slices.Equal(kwok, nodelet) {
+			t.Errorf("%s differs:\nkwok:    %q\nnodelet: %q", what, kwok, nodelet)
+		}
+	}
+	compare("the pod's status",
+		playedStatus(getPod(t, namespaces["kwok"], "web")), playedStatus(getPod(t, namespaces["nodelet"], "web")))
+	compare("the Job pod's status", asKubeletSays(playedStatus(jobPod(namespaces["kwok"]))), playedStatus(jobPod(namespaces["nodelet"])))
+	nodeConditions := func(f string) []string {
+		node, err := client.CoreV1().Nodes().Get(ctx, f+"-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{"phase " + string(node.Status.Phase)}
+		for _, c := range node.Status.Conditions {
+			out = append(out, fmt.Sprintf("%s=%s", c.Type, c.Status))
+		}
+		slices.Sort(out)
+		return out
+	}
+	compare("the Node's conditions", nodeConditions(agents["kwok"]), nodeConditions(agents["nodelet"]))
+
+	for agent, ns := range namespaces {
+		start := time.Now()
+		kubectl(t, "delete", "-n", ns, "pod", "web", "--wait=false")
+		eventually(t, 60*time.Second, agent+"'s deleted pod gone", func() (bool, string) {
+			pod, err := client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, ""
+			}
+			if err != nil {
+				return false, err.Error()
+			}
+			return false, fmt.Sprintf("phase %s, deletion at %v", pod.Status.Phase, pod.DeletionTimestamp)
+		})
+		t.Logf("%s: the deleted pod gone %s after the delete", agent, time.Since(start).Round(100*time.Millisecond))
+	}
+}
