@@ -1,3 +1,5 @@
+//go:build karpenter
+
 package e2e
 
 import (
