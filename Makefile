@@ -20,7 +20,7 @@ NODE_NAME ?= nodelet-0
 PROVIDER ?= cri
 TEST_TIMEOUT ?= 40m
 
-.PHONY: build run stop test unit e2e vet bench bench-process clean
+.PHONY: build run stop test unit e2e e2e-karpenter vet bench bench-process clean
 
 build: bin/controlplane bin/nodelet
 
@@ -45,6 +45,20 @@ bin/metrics-server: hack/metrics-server/go.mod hack/metrics-server/go.sum
 		sigs.k8s.io/metrics-server/cmd/metrics-server
 
 test e2e: bin/metrics-server
+
+# Karpenter's kwok provider, the autoscaler that TestKarpenterDrivesNodelet
+# runs against nodelet's sim agent (docs/kwok.md); its own module in
+# hack/karpenter pins the release.
+bin/karpenter-kwok: hack/karpenter/go.mod hack/karpenter/go.sum
+	cd hack/karpenter && CGO_ENABLED=0 $(GO) build -o ../../bin/karpenter-kwok \
+		-ldflags "-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=$$($(GO) list -m -f '{{.Version}}' sigs.k8s.io/karpenter)" \
+		sigs.k8s.io/karpenter/kwok
+
+# e2e-karpenter: that test (build tag karpenter), out of make test: building
+# Karpenter takes 5 to 8 minutes of CI's 2 cores for a test of one minute.
+# make vet compiles it.
+e2e-karpenter: build bin/metrics-server bin/karpenter-kwok
+	$(GO) test -tags karpenter -count=1 -run TestKarpenterDrivesNodelet ./test/e2e
 
 # containerd and its runc shim for the cri provider's tests, from the Go
 # module proxy; hack/containerd pins the release. Without cgo, the btrfs,
@@ -357,6 +371,7 @@ stop:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags karpenter ./test/e2e
 	@unformatted=$$(gofmt -l cmd internal pkg test bench hack adapter examples 2>/dev/null); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 

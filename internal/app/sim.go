@@ -305,8 +305,11 @@ func simProvider(cfg *config.Config, layout *nodeLayout, stages *simStages, rule
 
 // takenNode is where a Node taken over stands, as its creator wrote it:
 // its first InternalIP (else the agent's address), its pod range (else
-// one of sim.podCIDR's /24s by its name) and its capacity (else its
-// allocatable, else sim.capacity), which pods are admitted against.
+// one of sim.podCIDR's /24s by its name) and its allocatable (else its
+// capacity, else sim.capacity), which pods are admitted against, as a
+// kubelet admits them and the scheduler places them. (Karpenter's kwok
+// provider writes a capacity of only what the NodeClaim asked for, pods: 1
+// for one pod, beside the instance type's allocatable.)
 func takenNode(cfg *config.Config, layout *nodeLayout, n *corev1.Node) (address, podCIDR string, capacity corev1.ResourceList) {
 	address = cfg.Address
 	for _, a := range n.Status.Addresses {
@@ -321,10 +324,10 @@ func takenNode(cfg *config.Config, layout *nodeLayout, n *corev1.Node) (address,
 	}
 	capacity = cfg.Sim.Capacity
 	switch {
-	case len(n.Status.Capacity) > 0:
-		capacity = n.Status.Capacity.DeepCopy()
 	case len(n.Status.Allocatable) > 0:
 		capacity = n.Status.Allocatable.DeepCopy()
+	case len(n.Status.Capacity) > 0:
+		capacity = n.Status.Capacity.DeepCopy()
 	}
 	return address, podCIDR, capacity
 }

@@ -53,12 +53,22 @@ func TestTakenNodeDescription(t *testing.T) {
 			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.1.2.3"}},
 		},
 	}
+	// As Karpenter's kwok provider writes them: capacity what the NodeClaim
+	// asked for, allocatable the instance type's.
+	karpenter := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "kwok-9"},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("2")},
+			Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("64"), corev1.ResourceCPU: resource.MustParse("3900m")},
+		},
+	}
 	bare := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-8"}}
 	for _, tt := range []struct {
 		node                *corev1.Node
 		address, cidr, pods string
 	}{
 		{theirs, "10.1.2.3", "10.99.0.0/24", "3"},
+		{karpenter, cfg.Address, layout.takenPodCIDR("kwok-9"), "64"},
 		{bare, cfg.Address, layout.takenPodCIDR("kwok-8"), cfg.Sim.Capacity.Pods().String()},
 	} {
 		p, err := newProvider(&agent.Env{Node: agent.NodeInfo{Name: tt.node.Name, Index: -1, Node: tt.node},

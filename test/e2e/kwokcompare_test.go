@@ -22,6 +22,32 @@ import (
 // published stages pkg/stage/testdata/kwok holds.
 const kwokBinary = "bin/kwok-v0.8.0"
 
+// stagedPods is a namespace's two pods on node as a kwok user writes them:
+// one with an init container, and a Job whose pod runs there.
+func stagedPods(ns, node string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: %[1]s}
+spec:
+  nodeName: %[2]s
+  tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
+  initContainers: [{name: setup, image: fake-image}]
+  containers: [{name: web, image: fake-image}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once, namespace: %[1]s}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      nodeName: %[2]s
+      restartPolicy: Never
+      tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
+      containers: [{name: once, image: fake-image}]
+`, ns, node)
+}
+
 // startKwok runs kwok, managing the Nodes of fleet (kwok's annotation and
 // e2e/takeover=fleet) with the stage files given, until the test ends.
 func startKwok(t *testing.T, fleet string, stageFiles []string) {
@@ -118,14 +144,17 @@ func asKubeletSays(played []string) []string {
 	return out
 }
 
-// TestKwokAndNodeletPlayTheSameStages is issue 28's comparison on one
-// control plane: kwok and nodelet each take over a Node applied with
-// kwok's annotation, both with kwok's own general pod stages and its
-// node-initialize, and run the same pods (one with an init container, a
-// Job's pod). What the stages decide of each pod's status (phase,
-// conditions, container states; times, IPs and IDs aside) is the same
-// under both, and so are the Nodes' conditions; a deleted pod is gone
-// under both. The times each took are logged, not compared.
+// TestKwokAndNodeletPlayTheSameStages is issue 28's "lifecycle as data"
+// on the real control plane, with kwok as the judge: kwok and nodelet
+// each take over a Node applied with kwok's annotation, both with kwok's
+// own general pod stages, its node-initialize and its node-not-ready, and
+// run the same pods (one with an init container, a Job's pod). Under
+// both, the pod is Ready once its init container completed and the Job
+// completes, and what the stages decide of each pod's status (phase,
+// conditions, container states; times, IPs and IDs aside) is the same;
+// a deleted pod is gone; the chaos label makes the Node NotReady with the
+// reason its annotation names, and taking it off makes it Ready again.
+// The times each took are logged, not compared.
 func TestKwokAndNodeletPlayTheSameStages(t *testing.T) {
 	dir, err := filepath.Abs("../../pkg/stage/testdata/kwok")
 	if err != nil {
@@ -135,7 +164,7 @@ func TestKwokAndNodeletPlayTheSameStages(t *testing.T) {
 	for _, f := range []string{"pod-create", "pod-init-container-running", "pod-init-container-completed", "pod-ready", "pod-complete", "pod-delete"} {
 		files = append(files, filepath.Join(dir, "pod", "general", f+".yaml"))
 	}
-	files = append(files, filepath.Join(dir, "node", "fast", "node-initialize.yaml"))
+	files = append(files, filepath.Join(dir, "node", "fast", "node-initialize.yaml"), filepath.Join(dir, "node", "chaos", "node-not-ready.yaml"))
 
 	fleet := uniqueName(t)
 	agents := map[string]string{"kwok": fleet + "-k", "nodelet": fleet + "-n"}
@@ -162,7 +191,7 @@ func TestKwokAndNodeletPlayTheSameStages(t *testing.T) {
 		kubectl(t, "apply", "-f", writeFile(t, agent+"-pods.yaml", stagedPods(ns, f+"-0")))
 	}
 	for agent, ns := range namespaces {
-		eventually(t, 90*time.Second, agent+"'s pod Running and its Job complete", func() (bool, string) {
+		eventually(t, 90*time.Second, agent+"'s pod Ready after its init container and its Job complete", func() (bool, string) {
 			pod, err := client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
@@ -171,7 +200,10 @@ func TestKwokAndNodeletPlayTheSameStages(t *testing.T) {
 			ready := slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
 				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 			})
-			return ready && job == "True", fmt.Sprintf("pod %s Ready %v, Job complete %q", pod.Status.Phase, ready, job)
+			inits := pod.Status.InitContainerStatuses
+			initDone := len(inits) == 1 && inits[0].State.Terminated != nil && inits[0].State.Terminated.Reason == "Completed"
+			return ready && initDone && pod.Status.PodIP != "" && job == "True",
+				fmt.Sprintf("pod %s Ready %v, init containers %+v, IP %q, Job complete %q", pod.Status.Phase, ready, inits, pod.Status.PodIP, job)
 		})
 		t.Logf("%s: the pod Ready and the Job complete %s after they were applied", agent, time.Since(created[agent]).Round(100*time.Millisecond))
 	}
@@ -219,5 +251,26 @@ func TestKwokAndNodeletPlayTheSameStages(t *testing.T) {
 			return false, fmt.Sprintf("phase %s, deletion at %v", pod.Status.Phase, pod.DeletionTimestamp)
 		})
 		t.Logf("%s: the deleted pod gone %s after the delete", agent, time.Since(start).Round(100*time.Millisecond))
+	}
+
+	// kwok's chaos stage for Nodes, as its users trigger it.
+	for _, f := range agents {
+		kubectl(t, "annotate", "node", f+"-0", "node-not-ready.stage.kwok.x-k8s.io/reason=Maintenance")
+		kubectl(t, "label", "node", f+"-0", "node-not-ready.stage.kwok.x-k8s.io=true")
+	}
+	readyReason := func(f string) string {
+		return kubectl(t, "get", "node", f+"-0", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}`)
+	}
+	for agent, f := range agents {
+		kubectl(t, "wait", "node/"+f+"-0", "--for=condition=Ready=false", "--timeout=60s")
+		if got := readyReason(f); got != "False Maintenance" {
+			t.Errorf("%s's labelled Node: Ready %q, want False for the annotation's reason Maintenance", agent, got)
+		}
+	}
+	for _, f := range agents {
+		kubectl(t, "label", "node", f+"-0", "node-not-ready.stage.kwok.x-k8s.io-")
+	}
+	for _, f := range agents {
+		kubectl(t, "wait", "node/"+f+"-0", "--for=condition=Ready=true", "--timeout=60s")
 	}
 }
