@@ -69,9 +69,11 @@ func (s NodeSelector) Matches(n *corev1.Node) bool {
 // restart, no fixed count. Each gets a provider of its own (Env.Node.Node
 // is the Node as found) and keeps what its creator wrote — labels, taints,
 // capacity, allocatable, addresses; the agent adds what a kubelet adds
-// (conditions, nodeInfo, daemonEndpoints, missing labels and annotations)
-// and renews its Lease. The agent's own nodes, if any, are managed as
-// before and never taken over. WithSharding splits them among replicas.
+// (conditions, nodeInfo, daemonEndpoints, the provider's InternalIP when
+// it has none, missing labels and annotations) and renews its Lease;
+// WithServer serves their kubelet API with the agent's own nodes'. The
+// agent's own nodes, if any, are managed as before and never taken over.
+// WithSharding splits them among replicas.
 func WithNodeSelector(sel NodeSelector) Option {
 	return func(s *settings) error {
 		bySelector := sel.Labels != nil || sel.Annotations != nil
@@ -414,7 +416,8 @@ func (a *Agent) buildTaken(ctx context.Context, p *parts, n *corev1.Node) (*take
 
 // takeoverLoops builds the takeover of WithNodeSelector and, with
 // WithSharding, who owns which Node: nil without a selector. follow are
-// told of the nodes taken over and let go, in that order.
+// told of each node taken over in their order, and of each let go in the
+// reverse order.
 func (a *Agent) takeoverLoops(p *parts, follow ...nodeFollower) (*takeover, error) {
 	if a.s.selector == nil {
 		return nil, nil
