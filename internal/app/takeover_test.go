@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/agent"
 	"github.com/nodelet/nodelet/pkg/config"
@@ -20,6 +21,11 @@ func TestNewTakesNodesOver(t *testing.T) {
 		func(c *config.Config) {},
 		func(c *config.Config) { c.ManageAllNodes, c.Shard = true, config.ShardAuto },
 		func(c *config.Config) { c.ManageSingleNode = "kwok-0" },
+		// The kubelet API serves the Nodes taken over, as the own ones.
+		func(c *config.Config) { c.EnableServer = ptr.To(true) },
+		func(c *config.Config) {
+			c.NodeName, c.ManageAllNodes, c.EnableServer = "own", true, ptr.To(true)
+		},
 		func(c *config.Config) {
 			c.NodeName, c.Nodes, c.Shard, c.ManageNodesWithLabelSelector = "own", 4, "1/2", "type=kwok"
 		},
@@ -83,6 +89,9 @@ func TestTakenNodeDescription(t *testing.T) {
 		}
 		if tt.address != "" && (len(n.Status.Addresses) == 0 || n.Status.Addresses[0].Address != tt.address) {
 			t.Errorf("%s: addresses %v, want %s first", tt.node.Name, n.Status.Addresses, tt.address)
+		}
+		if port := n.Status.DaemonEndpoints.KubeletEndpoint.Port; port != cfg.Port {
+			t.Errorf("%s: kubelet endpoint port %d, want the agent's %d", tt.node.Name, port, cfg.Port)
 		}
 	}
 	if got := layout.takenPodCIDR("kwok-8"); !strings.HasPrefix(got, "10.8.") || !strings.HasSuffix(got, "/24") {

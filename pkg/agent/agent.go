@@ -69,7 +69,6 @@ func New(nodes Nodes, newProvider NewProviderFunc, opts ...Option) (*Agent, erro
 			set  bool
 			what string
 		}{
-			{s.server != nil, "kubelet API server"},
 			{s.eviction != nil, "eviction"},
 			{s.attachDetach != nil, "attach/detach"},
 			{s.remote != nil && nodes.Len() == 0, "remote config (it follows the agent's first own node)"},
@@ -78,6 +77,10 @@ func New(nodes Nodes, newProvider NewProviderFunc, opts ...Option) (*Agent, erro
 				errs = append(errs, errors.New(one.what+": not yet with nodes taken over (WithNodeSelector)"))
 			}
 		}
+	}
+	if s.server != nil && s.server.TLSBootstrap && nodes.Len() == 0 {
+		// The certificate requested is a node's (system:node:NAME).
+		errs = append(errs, errors.New("kubelet API server: TLS bootstrap requests an own node's serving certificate; an agent that only takes Nodes over serves with a certificate file or a self-signed one"))
 	}
 	seen := map[string]bool{}
 	for _, n := range nodes.nodes {

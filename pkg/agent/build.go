@@ -248,7 +248,7 @@ func (a *Agent) podLoops(p *parts, nodes []*managedNode) error {
 	for _, n := range nodes {
 		handlers[n.info.Name] = n.provider
 	}
-	srv, err := a.kubeletServer(p, handlers)
+	srv, err := a.kubeletServer(p)
 	if err != nil {
 		return err
 	}
@@ -266,7 +266,9 @@ func (a *Agent) podLoops(p *parts, nodes []*managedNode) error {
 	if err := a.staticPods(p, nodes); err != nil {
 		return err
 	}
-	taken, err := a.takeoverLoops(p, podCtrl)
+	// The Nodes taken over are synced by the pod controller and served
+	// by the kubelet API (and stats) while they are.
+	taken, err := a.takeoverLoops(p, podCtrl, p.stats.nodes)
 	if err != nil {
 		return err
 	}

@@ -231,9 +231,11 @@ func WithNodeAddress(address func(NodeInfo) string) Option {
 type ServerOptions = server.Options
 
 // WithServer runs the kubelet API server (logs, exec, attach,
-// port-forward, /pods, stats and metrics) for every node, authenticated
-// and authorized as the kubelet's. The agent fills in NodeName (the first
-// node, when empty), Metrics, ProbeMetrics, Stats and Addresses.
+// port-forward, /pods, stats and metrics) for every node, its own and
+// those taken over (WithNodeSelector) while they are, authenticated and
+// authorized as the kubelet's. The agent fills in NodeName (when empty,
+// the first own node, else the host's name), Metrics, ProbeMetrics,
+// Stats and Addresses. TLSBootstrap needs an own node.
 func WithServer(o ServerOptions) Option {
 	return func(s *settings) error {
 		s.server = &o

@@ -15,10 +15,11 @@ import (
 
 // statsSource is the usage summary of the agent's nodes for the kubelet
 // API: each node's pods from its provider, and the node's own figures from
-// its provider when it simulates them, else from the host.
+// its provider when it simulates them, else from the host. Its nodes are
+// those the kubelet API serves: the agent's own and the Nodes taken over.
 type statsSource struct {
 	host      *stats.Host
-	nodes     map[string]provider.PodLifecycleHandler
+	nodes     *nodeProviders
 	byAddress map[netip.Addr]string
 }
 
@@ -42,9 +43,8 @@ func (a *Agent) systemContainers(started time.Time) []stats.SystemContainer {
 // newStatsSource serves the nodes, each at its own InternalIP where
 // WithNodeAddress gives one.
 func (a *Agent) newStatsSource(host *stats.Host, nodes []*managedNode) *statsSource {
-	s := &statsSource{host: host, nodes: make(map[string]provider.PodLifecycleHandler, len(nodes)), byAddress: map[netip.Addr]string{}}
+	s := &statsSource{host: host, nodes: newNodeProviders(nodes), byAddress: map[netip.Addr]string{}}
 	for _, n := range nodes {
-		s.nodes[n.info.Name] = n.provider
 		if a.s.addresses == nil {
 			continue
 		}
@@ -56,7 +56,7 @@ func (a *Agent) newStatsSource(host *stats.Host, nodes []*managedNode) *statsSou
 }
 
 func (s *statsSource) Summary(ctx context.Context, node string) (*statsv1alpha1.Summary, error) {
-	p, ok := s.nodes[node]
+	p, ok := s.nodes.get(node)
 	if !ok {
 		return nil, fmt.Errorf("node %s is not one of this agent's", node)
 	}
@@ -92,4 +92,12 @@ func (s *statsSource) Summary(ctx context.Context, node string) (*statsv1alpha1.
 func (s *statsSource) NodeForAddress(ip netip.Addr) (string, bool) {
 	node, ok := s.byAddress[ip.Unmap()]
 	return node, ok
+}
+
+// HasNode tells whether node is served now: a request the API server
+// proxied for it is served for it, whatever address it came to (the
+// Nodes taken over share the agent's).
+func (s *statsSource) HasNode(node string) bool {
+	_, ok := s.nodes.get(node)
+	return ok
 }

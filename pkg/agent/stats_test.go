@@ -48,7 +48,7 @@ func TestSummaryRuntimeFilesystems(t *testing.T) {
 		{name: "unreadable", p: imageFsProvider{statsProvider{err: errors.New("no runtime")}}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &statsSource{nodes: map[string]provider.PodLifecycleHandler{"n1": tc.p}}
+			s := &statsSource{nodes: &nodeProviders{nodes: map[string]provider.PodLifecycleHandler{"n1": tc.p}}}
 			got, err := s.Summary(context.Background(), "n1")
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)

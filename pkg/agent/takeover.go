@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodelet/nodelet/pkg/node"
-	"github.com/nodelet/nodelet/pkg/pod"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/shard"
 )
@@ -69,9 +69,11 @@ func (s NodeSelector) Matches(n *corev1.Node) bool {
 // restart, no fixed count. Each gets a provider of its own (Env.Node.Node
 // is the Node as found) and keeps what its creator wrote — labels, taints,
 // capacity, allocatable, addresses; the agent adds what a kubelet adds
-// (conditions, nodeInfo, daemonEndpoints, missing labels and annotations)
-// and renews its Lease. The agent's own nodes, if any, are managed as
-// before and never taken over. WithSharding splits them among replicas.
+// (conditions, nodeInfo, daemonEndpoints, the provider's InternalIP when
+// it has none, missing labels and annotations) and renews its Lease;
+// WithServer serves their kubelet API with the agent's own nodes'. The
+// agent's own nodes, if any, are managed as before and never taken over.
+// WithSharding splits them among replicas.
 func WithNodeSelector(sel NodeSelector) Option {
 	return func(s *settings) error {
 		bySelector := sel.Labels != nil || sel.Annotations != nil
@@ -166,12 +168,21 @@ type takeover struct {
 	// newNode makes a taken-over node's provider and what it runs.
 	newNode func(ctx context.Context, n *corev1.Node) (*takenNode, error)
 	ctrl    *node.Controller
-	pods    *pod.Controller
+	// follow are told of each node taken over and let go: the pod
+	// controller first, then the kubelet API's nodes.
+	follow []nodeFollower
 
 	mu    sync.Mutex
 	taken map[string]*takenNode
 	// ready is closed once the Nodes there at start were taken over.
 	ready chan struct{}
+}
+
+// nodeFollower is what runs or serves the nodes taken over: it is told
+// of each node as it is taken over, and let go.
+type nodeFollower interface {
+	AddNode(node string, p provider.PodLifecycleHandler)
+	RemoveNode(node string)
 }
 
 // takenNode is a node taken over: its provider and the end of what runs
@@ -183,7 +194,7 @@ type takenNode struct {
 
 // newTakeover builds the takeover of the agent's selector over the Node
 // informer; owns tells which names are this replica's.
-func (a *Agent) newTakeover(p *parts, pods *pod.Controller, owns func(string) bool) (*takeover, error) {
+func (a *Agent) newTakeover(p *parts, follow []nodeFollower, owns func(string) bool) (*takeover, error) {
 	nodes := p.inf.nodes.Core().V1().Nodes()
 	t := &takeover{
 		sel: *a.s.selector, owns: owns, own: map[string]bool{},
@@ -191,7 +202,7 @@ func (a *Agent) newTakeover(p *parts, pods *pod.Controller, owns func(string) bo
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodelet_takeover"}),
-		ctrl: p.nodes, pods: pods,
+		ctrl: p.nodes, follow: follow,
 		taken: map[string]*takenNode{}, ready: make(chan struct{}),
 	}
 	for _, n := range a.nodes.nodes {
@@ -321,7 +332,9 @@ func (t *takeover) sync(ctx context.Context, name string) error {
 			t.releaseLocked(name)
 			return err
 		}
-		t.pods.AddNode(name, taken.provider)
+		for _, f := range t.follow {
+			f.AddNode(name, taken.provider)
+		}
 		logger.V(2).Info("Took the node over")
 	case !want && have:
 		t.mu.Lock()
@@ -339,7 +352,9 @@ func (t *takeover) releaseLocked(name string) {
 		return
 	}
 	delete(t.taken, name)
-	t.pods.RemoveNode(name)
+	for _, f := range slices.Backward(t.follow) {
+		f.RemoveNode(name)
+	}
 	t.ctrl.Remove(name)
 	taken.stop()
 }
@@ -400,8 +415,10 @@ func (a *Agent) buildTaken(ctx context.Context, p *parts, n *corev1.Node) (*take
 }
 
 // takeoverLoops builds the takeover of WithNodeSelector and, with
-// WithSharding, who owns which Node: nil without a selector.
-func (a *Agent) takeoverLoops(p *parts, pods *pod.Controller) (*takeover, error) {
+// WithSharding, who owns which Node: nil without a selector. follow are
+// told of each node taken over in their order, and of each let go in the
+// reverse order.
+func (a *Agent) takeoverLoops(p *parts, follow ...nodeFollower) (*takeover, error) {
 	if a.s.selector == nil {
 		return nil, nil
 	}
@@ -430,7 +447,7 @@ func (a *Agent) takeoverLoops(p *parts, pods *pod.Controller) (*takeover, error)
 		p.loops["shard membership"] = members.Run
 		owns = members.Owns
 	}
-	t, err := a.newTakeover(p, pods, owns)
+	t, err := a.newTakeover(p, follow, owns)
 	if err != nil {
 		return nil, err
 	}

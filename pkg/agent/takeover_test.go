@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/pod"
+	"github.com/nodelet/nodelet/pkg/provider"
 )
 
 func mustSelector(t *testing.T, s string) labels.Selector {
@@ -78,7 +80,7 @@ func TestNewRefusesBadTakeover(t *testing.T) {
 		{"a name and all", Nodes{}, []Option{WithNodeSelector(NodeSelector{Name: "n", All: true})}, "one of the three"},
 		{"sharding without a selector", One("n"), []Option{WithSharding(ShardOptions{Group: "g"})}, "give WithNodeSelector"},
 		{"a bad fixed shard", Nodes{}, []Option{WithNodeSelector(NodeSelector{All: true}), WithSharding(ShardOptions{Index: 2, Count: 2})}, "shard 2/2"},
-		{"a kubelet API", Nodes{}, []Option{WithNodeSelector(NodeSelector{All: true}), WithServer(ServerOptions{})}, "kubelet API server: not yet"},
+		{"a kubelet API's TLS bootstrap without an own node", Nodes{}, []Option{WithNodeSelector(NodeSelector{All: true}), WithServer(ServerOptions{TLSBootstrap: true})}, "kubelet API server: TLS bootstrap"},
 		{"eviction", One("n"), []Option{WithNodeSelector(NodeSelector{All: true}), WithEviction(EvictionOptions{})}, "eviction: not yet"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,7 +93,7 @@ func TestNewRefusesBadTakeover(t *testing.T) {
 
 func TestBuildWithNodeSelector(t *testing.T) {
 	a, err := New(Nodes{}, simNodes, WithRootDir(t.TempDir()), WithNodeSelector(NodeSelector{All: true}),
-		WithSharding(ShardOptions{Group: "sim"}), WithHealthz("127.0.0.1:0"))
+		WithSharding(ShardOptions{Group: "sim"}), WithHealthz("127.0.0.1:0"), WithServer(ServerOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestBuildWithNodeSelector(t *testing.T) {
 	}
 	defer b.broadcaster.Shutdown()
 	got := slices.Sorted(maps.Keys(b.loops))
-	if want := []string{"healthz", "node controller", "node takeover", "pod controller", "shard membership"}; !slices.Equal(got, want) {
+	if want := []string{"healthz", "kubelet API server", "node controller", "node takeover", "pod controller", "shard membership"}; !slices.Equal(got, want) {
 		t.Errorf("loops %q, want %q", got, want)
 	}
 	if len(b.factories) != 4 {
@@ -133,7 +135,9 @@ func TestTakeoverFollowsTheSelector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk, err := a.newTakeover(p, pods, func(name string) bool { return !strings.HasPrefix(name, "elsewhere") })
+	served := &nodeProviders{nodes: map[string]provider.PodLifecycleHandler{}}
+	backend := &multiNodeBackend{nodes: served}
+	tk, err := a.newTakeover(p, []nodeFollower{pods, served}, func(name string) bool { return !strings.HasPrefix(name, "elsewhere") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +165,19 @@ func TestTakeoverFollowsTheSelector(t *testing.T) {
 	poll(t, "kwok-0 and kwok-1 taken over and registered", func() bool {
 		return tk.count() == 2 && p.nodes.AllReported() && closed(tk.ready)
 	})
+	// The kubelet API serves them: a pod on kwok-1 is found on its node.
+	if got := slices.Sorted(maps.Keys(served.snapshot())); !slices.Equal(got, []string{"kwok-0", "kwok-1"}) {
+		t.Errorf("kubelet API serves %q, want the two taken over", got)
+	}
+	prov, _ := served.get("kwok-1")
+	web := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "uid-web"}, Spec: corev1.PodSpec{NodeName: "kwok-1",
+		Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	if err := prov.CreatePod(ctx, web); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := backend.NodeForPod("ns", "web"); !ok || n != "kwok-1" {
+		t.Errorf("NodeForPod(web) = %q, %v; want kwok-1", n, ok)
+	}
 	got, err := nodes.Get(ctx, "kwok-1", metav1.GetOptions{})
 	if err != nil || got.Annotations[node.LastAppliedAnnotation] == "" || got.Status.NodeInfo.KubeletVersion == "" {
 		t.Fatalf("kwok-1 = %+v, %v; want its status reported", got, err)
@@ -180,6 +197,15 @@ func TestTakeoverFollowsTheSelector(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "both let go", func() bool { return tk.count() == 0 && p.nodes.Len() == 0 })
+	if got := served.snapshot(); len(got) != 0 {
+		t.Errorf("kubelet API still serves %q after they were let go", slices.Collect(maps.Keys(got)))
+	}
+	if n, ok := backend.NodeForPod("ns", "web"); ok {
+		t.Errorf("NodeForPod(web) = %q after its node was let go, want not found", n)
+	}
+	if _, err := backend.GetContainerLogs(ctx, "ns", "web", "app", provider.ContainerLogOpts{}); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("logs of a pod of a node let go: %v, want not found", err)
+	}
 }
 
 func poll(t *testing.T, what string, cond func() bool) {

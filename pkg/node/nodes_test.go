@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -154,4 +155,51 @@ func leaseOf(client *fake.Clientset, name string) *coordinationv1.Lease {
 		return nil
 	}
 	return l
+}
+
+// addressedProvider is a node at the agent's address and port, as the
+// sim provider describes a Node taken over that has no InternalIP.
+type addressedProvider struct{ fakeProvider }
+
+func (p *addressedProvider) ConfigureNode(ctx context.Context, n *corev1.Node) {
+	p.fakeProvider.ConfigureNode(ctx, n)
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}, {Type: corev1.NodeHostName, Address: "agent"}}
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 10350
+}
+
+// What the API server needs to reach the kubelet API of a Node taken over
+// is added, as a kubelet adds it: the agent's port in daemonEndpoints and,
+// when the creator wrote no InternalIP, the agent's; the creator's own
+// addresses stay.
+func TestTakenOverNodeIsReachable(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		theirs, want []corev1.NodeAddress
+	}{
+		{"no addresses: the provider's", nil,
+			[]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}, {Type: corev1.NodeHostName, Address: "agent"}}},
+		{"no InternalIP: theirs and the agent's", []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "kwok-0"}},
+			[]corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "kwok-0"}, {Type: corev1.NodeInternalIP, Address: "10.0.0.5"}}},
+		{"their InternalIP: theirs alone", []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.9.9.9"}},
+			[]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.9.9.9"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			theirs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", UID: "their-uid"},
+				Status: corev1.NodeStatus{Addresses: tt.theirs}}
+			client := newFakeClient(true, theirs)
+			c, err := NewController(client, []Node{{Template: template("kwok-0"), Provider: &addressedProvider{}, TakenOver: true}}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, c)
+			waitReady(t, c)
+			got := getNode(t, client, "kwok-0")
+			if !equality.Semantic.DeepEqual(got.Status.Addresses, tt.want) {
+				t.Errorf("addresses = %v, want %v", got.Status.Addresses, tt.want)
+			}
+			if port := got.Status.DaemonEndpoints.KubeletEndpoint.Port; port != 10350 {
+				t.Errorf("kubelet endpoint port = %d, want the agent's 10350", port)
+			}
+		})
+	}
 }

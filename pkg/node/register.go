@@ -40,7 +40,8 @@ func (c *Controller) desiredNode(ctx context.Context, n *nodeState) *corev1.Node
 // keptFields are the parts of a taken-over Node's status that its creator
 // wrote and the agent keeps, as a kubelet keeps them on a Node it did not
 // create: capacity, allocatable and addresses, each where the Node had it
-// when it was adopted (nil: the provider's stands). Conditions, nodeInfo,
+// when it was adopted (nil: the provider's stands; addresses without an
+// InternalIP get the provider's). Conditions, nodeInfo,
 // daemonEndpoints and the rest are the agent's to report.
 type keptFields struct {
 	capacity, allocatable corev1.ResourceList
@@ -86,8 +87,26 @@ func (k *keptFields) apply(status *corev1.NodeStatus) {
 		status.Allocatable = maps.Clone(k.allocatable)
 	}
 	if k.addresses != nil {
-		status.Addresses = slices.Clone(k.addresses)
+		status.Addresses = keptAddresses(k.addresses, status.Addresses)
 	}
+}
+
+// keptAddresses are a taken-over Node's addresses as its creator wrote
+// them and, when they hold no InternalIP, the provider's InternalIPs (the
+// agent's address), as a kubelet adds its node IP: the API server reaches
+// the kubelet API at a node's InternalIP.
+func keptAddresses(kept, provider []corev1.NodeAddress) []corev1.NodeAddress {
+	out := slices.Clone(kept)
+	isInternal := func(a corev1.NodeAddress) bool { return a.Type == corev1.NodeInternalIP }
+	if slices.ContainsFunc(kept, isInternal) {
+		return out
+	}
+	for _, a := range provider {
+		if isInternal(a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // setConditions puts each of extra into status, in place of the condition

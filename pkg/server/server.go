@@ -65,6 +65,16 @@ type NodeAddressResolver interface {
 	NodeForAddress(ip netip.Addr) (node string, ok bool)
 }
 
+// NodeNameResolver is an optional interface of the NodeAddressResolver,
+// for agents whose nodes share an address (the Nodes an agent takes over,
+// all at the agent's): it tells whether the agent serves a node, so that a
+// /stats or /metrics request the API server proxied for that node (its
+// X-Forwarded-Uri is /api/v1/nodes/NAME/proxy/…) is served for, and
+// authorized against, it, whatever address it came to.
+type NodeNameResolver interface {
+	HasNode(node string) bool
+}
+
 // Authorization modes, as the kubelet names them.
 const (
 	AuthorizationModeWebhook     = "Webhook"

@@ -182,6 +182,8 @@ type testServer struct {
 	backend Backend
 	done    chan error
 	cancel  context.CancelFunc
+	// header is sent with every request.
+	header http.Header
 }
 
 // startServer starts a server for node-a with opts (NodeName, Address and
@@ -231,6 +233,9 @@ func (ts *testServer) do(t *testing.T, method, path, token string, cert *tls.Cer
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range ts.header {
+		req.Header[k] = v
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -93,11 +95,18 @@ func servesAddressedNode(path string) bool {
 	return underPath(path, "/stats") || underPath(path, "/metrics")
 }
 
-// addressedNode returns the node whose IP the request's connection was
-// accepted on, as resolver names it, else fallback.
+// addressedNode returns the node the API server proxied the request for,
+// when the resolver is a NodeNameResolver that has it; else the node whose
+// IP the request's connection was accepted on, as resolver names it; else
+// fallback.
 func addressedNode(r *http.Request, resolver NodeAddressResolver, fallback string) string {
 	if resolver == nil {
 		return fallback
+	}
+	if names, ok := resolver.(NodeNameResolver); ok {
+		if node, ok := proxiedNode(r); ok && names.HasNode(node) {
+			return node
+		}
 	}
 	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok {
@@ -125,4 +134,32 @@ func ipOf(addr net.Addr) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return ap.Addr().Unmap(), true
+}
+
+// proxiedNode is the node named by the X-Forwarded-Uri the API server's
+// node proxy sets (/api/v1/nodes/[scheme:]NAME[:port]/proxy/…). Anyone
+// may send the header: the request is then served for, and authorized
+// against, the node it names, as one sent to that node's address would be.
+func proxiedNode(r *http.Request) (string, bool) {
+	rest, ok := strings.CutPrefix(r.Header.Get("X-Forwarded-Uri"), "/api/v1/nodes/")
+	if !ok {
+		return "", false
+	}
+	segment, rest, _ := strings.Cut(rest, "/")
+	if rest != "proxy" && !strings.HasPrefix(rest, "proxy/") {
+		return "", false
+	}
+	name, err := url.PathUnescape(segment)
+	if err != nil {
+		return "", false
+	}
+	switch parts := strings.Split(name, ":"); len(parts) {
+	case 1, 2: // name, name:port
+		name = parts[0]
+	case 3: // scheme:name:port
+		name = parts[1]
+	default:
+		return "", false
+	}
+	return name, name != ""
 }

@@ -224,3 +224,51 @@ func TestAuthorizationAttributesOfTheAddressedNode(t *testing.T) {
 		})
 	}
 }
+
+// namedStatsBackend serves the nodes of names too, by name: the Nodes an
+// agent takes over, which share its address.
+type namedStatsBackend struct {
+	*statsBackend
+	names []string
+}
+
+func (b namedStatsBackend) HasNode(node string) bool { return slices.Contains(b.names, node) }
+
+// A request the API server proxied for a node the agent serves (its
+// X-Forwarded-Uri names it) is served for, and authorized against, that
+// node whatever address it came to; one for a node the agent does not
+// serve, or not proxied, falls back to the address, then the primary node.
+func TestStatsOfTheProxiedNode(t *testing.T) {
+	tests := []struct {
+		name, forwarded string
+		names           []string
+		wantNode        string
+	}{
+		{"proxied for a node taken over", "/api/v1/nodes/kwok-1/proxy/stats/summary", []string{"kwok-0", "kwok-1"}, "kwok-1"},
+		{"with a port and scheme", "/api/v1/nodes/https:kwok-0:10250/proxy/stats/summary", []string{"kwok-0", "kwok-1"}, "kwok-0"},
+		{"proxied for a node not served", "/api/v1/nodes/other/proxy/stats/summary", []string{"kwok-0"}, "node-c"},
+		{"not the node proxy", "/api/v1/namespaces/ns/services/kwok-0/proxy/stats/summary", []string{"kwok-0"}, "node-c"},
+		{"not proxied", "", []string{"kwok-0"}, "node-c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newStatsBackend()
+			b.addrs = map[netip.Addr]string{netip.MustParseAddr("127.0.0.1"): "node-c"}
+			named := namedStatsBackend{b, tt.names}
+			ts := startServer(t, b, Options{Stats: named, Addresses: named}, "alice")
+			if tt.forwarded != "" {
+				ts.header = http.Header{"X-Forwarded-Uri": {tt.forwarded}}
+			}
+			status, body := ts.do(t, http.MethodGet, "/stats/summary", "alice-token", nil)
+			var s statsv1alpha1.Summary
+			if status != http.StatusOK || json.Unmarshal([]byte(body), &s) != nil || s.Node.NodeName != tt.wantNode {
+				t.Errorf("GET /stats/summary = %d %q, want %s's summary", status, body, tt.wantNode)
+			}
+			for _, sar := range ts.reviews.recorded() {
+				if ra := sar.ResourceAttributes; ra == nil || ra.Name != tt.wantNode || ra.Subresource != "stats" {
+					t.Errorf("authorized %+v, want nodes/stats of %s", ra, tt.wantNode)
+				}
+			}
+		})
+	}
+}
