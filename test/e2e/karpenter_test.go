@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -193,33 +192,8 @@ func startKarpenter(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("%s missing: run make bin/karpenter-kwok first", bin)
 	}
-	log, err := os.Create(filepath.Join(t.TempDir(), "karpenter.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "DISABLE_LEADER_ELECTION=true",
 		"METRICS_PORT=0", "HEALTH_PROBE_PORT=0", "LOG_LEVEL=debug")
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = stopWithParent()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start Karpenter: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("Karpenter did not stop within 30s of SIGTERM")
-		}
-		log.Close()
-		if t.Failed() {
-			out, _ := os.ReadFile(log.Name())
-			t.Logf("Karpenter's log (%s):\n%s", log.Name(), lastLines(string(out), 60))
-		}
-	})
+	runUntilCleanup(t, "Karpenter", cmd)
 }

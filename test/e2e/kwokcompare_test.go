@@ -3,12 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,32 +56,7 @@ func startKwok(t *testing.T, fleet string, stageFiles []string) {
 	for _, f := range stageFiles {
 		args = append(args, "--config", f)
 	}
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "kwok.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(root, kwokBinary), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = stopWithParent()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("start kwok: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); logFile.Close() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			out, _ := os.ReadFile(logFile.Name())
-			t.Logf("kwok log:\n%s", lastLines(string(out), 40))
-		}
-	})
+	runUntilCleanup(t, "kwok", exec.Command(filepath.Join(root, kwokBinary), args...))
 }
 
 // playedStatus is what of a pod's status stages decide, times, IPs and

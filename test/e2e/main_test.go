@@ -403,6 +403,41 @@ func (a *agent) stop() {
 	a.done = nil
 }
 
+// runUntilCleanup starts cmd, a helper the test runs beside nodelet
+// (kwok, Karpenter), its output in a log file, and stops it with SIGTERM
+// (SIGKILL after 30 s) when the test ends, showing the log's end if the
+// test failed.
+func runUntilCleanup(t *testing.T, what string, cmd *exec.Cmd) {
+	t.Helper()
+	log, err := os.Create(filepath.Join(t.TempDir(), "helper.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = stopWithParent()
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		t.Fatalf("start %s: %v", what, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("%s did not stop within 30s of SIGTERM", what)
+		}
+		log.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(log.Name())
+			t.Logf("%s's log (%s):\n%s", what, log.Name(), lastLines(string(out), 60))
+		}
+	})
+}
+
 func (a *agent) logText() string {
 	out, _ := os.ReadFile(a.log)
 	return string(out)
