@@ -14,6 +14,8 @@ package simrules
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -218,7 +220,8 @@ func Compile(obj runtime.Object) (*Rule, error) {
 	}
 	for i, u := range r.usages {
 		p := spec.Child("usages").Index(i).Child("usage")
-		for name, v := range u.Usage {
+		for _, name := range slices.Sorted(maps.Keys(u.Usage)) { // errors in one order
+			v := u.Usage[name]
 			switch {
 			case v.Expression != nil:
 				errs = append(errs, field.Invalid(p.Key(name).Child("expression"), *v.Expression,

@@ -45,12 +45,18 @@ type Watcher struct {
 	DiscoveryInterval time.Duration
 
 	mu       sync.Mutex
-	reported map[types.UID]string // resource version reported bad
+	reported map[types.UID]reportedVersion // objects reported bad, until they go
+}
+
+// reportedVersion is the kind and resource version of an object reported
+// bad.
+type reportedVersion struct {
+	kind, version string
 }
 
 // NewWatcher returns a Watcher of kinds into set. It does no I/O.
 func NewWatcher(client dynamic.Interface, disc discovery.DiscoveryInterface, set *Set, kinds []Kind) *Watcher {
-	return &Watcher{client: client, discovery: disc, set: set, kinds: kinds, reported: map[types.UID]string{}}
+	return &Watcher{client: client, discovery: disc, set: set, kinds: kinds, reported: map[types.UID]reportedVersion{}}
 }
 
 // Run watches every kind until ctx is done.
@@ -121,6 +127,7 @@ func (w *Watcher) sync(ctx context.Context, k Kind, objs []any) {
 		return strings.Compare(a.GetNamespace()+"/"+a.GetName(), b.GetNamespace()+"/"+b.GetName())
 	})
 	var rules []*Rule
+	w.forgetGone(k, us)
 	for _, u := range us {
 		obj := k.New()
 		r, err := func() (*Rule, error) {
@@ -146,12 +153,29 @@ func (w *Watcher) forget(uid types.UID) {
 	delete(w.reported, uid)
 }
 
+// forgetGone forgets the objects of kind k reported bad that are no
+// longer among us, its objects now.
+func (w *Watcher) forgetGone(k Kind, us []*unstructured.Unstructured) {
+	present := make(map[types.UID]bool, len(us))
+	for _, u := range us {
+		present[u.GetUID()] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for uid, r := range w.reported {
+		if r.kind == k.Name && !present[uid] {
+			delete(w.reported, uid)
+		}
+	}
+}
+
 // report logs an object left out and records an Event on it, once per
 // version.
 func (w *Watcher) report(logger klog.Logger, k Kind, u *unstructured.Unstructured, err error) {
 	w.mu.Lock()
-	seen := w.reported[u.GetUID()] == u.GetResourceVersion() && u.GetUID() != ""
-	w.reported[u.GetUID()] = u.GetResourceVersion()
+	r := reportedVersion{kind: k.Name, version: u.GetResourceVersion()}
+	seen := w.reported[u.GetUID()] == r && u.GetUID() != ""
+	w.reported[u.GetUID()] = r
 	w.mu.Unlock()
 	if seen {
 		return

@@ -112,4 +112,15 @@ func TestWatcher(t *testing.T) {
 		t.Errorf("second event %q", e)
 	default:
 	}
+
+	// A bad object deleted is forgotten: what is kept of the objects
+	// reported does not grow with every bad object ever seen.
+	if err := client.Resource(usage.GroupVersionResource()).Namespace("ns").Delete(ctx2, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted bad ResourceUsage forgotten", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.reported) == 0
+	})
 }
