@@ -1,17 +1,11 @@
 package simrules
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	kwokv1alpha1 "sigs.k8s.io/kwok/pkg/apis/v1alpha1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/pkg/stage"
 )
@@ -44,45 +38,16 @@ func Load(paths ...string) ([]*Rule, error) {
 // documents, strictly (an unknown field is an error naming the object),
 // skipping other kinds.
 func Decode(data []byte) ([]runtime.Object, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var out []runtime.Object
-	var errs []error
-	for i := 0; ; i++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("document %d: %w", i, err)
-		}
-		var head struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-			Metadata   struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		if err := yaml.Unmarshal(doc, &head); err != nil {
-			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
-			continue
-		}
-		kind, ok := KindNamed(head.Kind)
+	objs, err := stage.DecodeKwok(data, func(kind string) (any, string) {
+		k, ok := KindNamed(kind)
 		if !ok {
-			continue
+			return nil, ""
 		}
-		if head.APIVersion != kwokv1alpha1.GroupVersion.String() {
-			errs = append(errs, fmt.Errorf("%s %q: apiVersion %q is not %s", head.Kind, head.Metadata.Name, head.APIVersion, kwokv1alpha1.GroupVersion))
-			continue
-		}
-		obj := kind.New()
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: %w", head.Kind, head.Metadata.Name, err))
-			continue
-		}
-		out = append(out, obj)
+		return k.New(), kind
+	})
+	var out []runtime.Object
+	for _, o := range objs {
+		out = append(out, o.(runtime.Object))
 	}
-	return out, errors.Join(errs...)
+	return out, err
 }

@@ -98,8 +98,28 @@ func filesOf(p string) ([]string, error) {
 // Decode reads the Stages of YAML or JSON documents, strictly (an
 // unknown field is an error naming the stage), skipping other kinds.
 func Decode(data []byte) ([]*kwokv1alpha1.Stage, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	objs, err := DecodeKwok(data, func(kind string) (any, string) {
+		if kind != kwokv1alpha1.StageKind {
+			return nil, ""
+		}
+		return &kwokv1alpha1.Stage{}, "stage"
+	})
 	var out []*kwokv1alpha1.Stage
+	for _, o := range objs {
+		out = append(out, o.(*kwokv1alpha1.Stage))
+	}
+	return out, err
+}
+
+// DecodeKwok reads the YAML or JSON documents of data that are objects of
+// kwok's API, in order: for each, into returns a new object to decode it
+// into (strictly: an unknown field is an error) and what errors call its
+// kind, or nil to skip a kind it does not read. It returns the objects
+// decoded; an error names the document, or the object by that word and
+// its name.
+func DecodeKwok(data []byte, into func(kind string) (obj any, called string)) ([]any, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var out []any
 	var errs []error
 	for i := 0; ; i++ {
 		doc, err := r.Read()
@@ -123,22 +143,19 @@ func Decode(data []byte) ([]*kwokv1alpha1.Stage, error) {
 			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
 			continue
 		}
-		if head.Kind == "" && head.APIVersion == "" {
-			continue // a comment-only document
-		}
-		if head.Kind != kwokv1alpha1.StageKind {
-			continue
+		obj, called := into(head.Kind)
+		if obj == nil {
+			continue // a comment-only document, or a kind not read
 		}
 		if head.APIVersion != kwokv1alpha1.GroupVersion.String() {
-			errs = append(errs, fmt.Errorf("stage %q: apiVersion %q is not %s", head.Metadata.Name, head.APIVersion, kwokv1alpha1.GroupVersion))
+			errs = append(errs, fmt.Errorf("%s %q: apiVersion %q is not %s", called, head.Metadata.Name, head.APIVersion, kwokv1alpha1.GroupVersion))
 			continue
 		}
-		s := &kwokv1alpha1.Stage{}
-		if err := yaml.UnmarshalStrict(doc, s); err != nil {
-			errs = append(errs, fmt.Errorf("stage %q: %w", head.Metadata.Name, err))
+		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", called, head.Metadata.Name, err))
 			continue
 		}
-		out = append(out, s)
+		out = append(out, obj)
 	}
 	return out, errors.Join(errs...)
 }
