@@ -97,9 +97,15 @@ func (m *cpuMeter) advance(now time.Time, rate float64) uint64 {
 	return uint64(m.total)
 }
 
+// sampleTime is the time a sample of usage is taken at, in whole
+// milliseconds: /metrics/resource carries its timestamps so, and a rate
+// computed from two samples (metrics-server's) comes out as the usage
+// only if the cumulative CPU was integrated to the same instants.
+func (p *Provider) sampleTime() time.Time { return p.clock.Now().Truncate(time.Millisecond) }
+
 // PodStats samples the simulated usage of the running pods.
 func (p *Provider) PodStats(context.Context) ([]statsv1alpha1.PodStats, error) {
-	now := p.clock.Now()
+	now := p.sampleTime()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]statsv1alpha1.PodStats, 0, len(p.pods))
@@ -120,7 +126,7 @@ func (p *Provider) PodStats(context.Context) ([]statsv1alpha1.PodStats, error) {
 // NodeStats is the node's simulated usage: its pods' as last sampled by
 // PodStats, plus the system's, against the node's capacity.
 func (p *Provider) NodeStats(context.Context) (statsv1alpha1.NodeStats, error) {
-	now := p.clock.Now()
+	now := p.sampleTime()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	u := &p.opts.Usage

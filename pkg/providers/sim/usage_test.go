@@ -71,6 +71,44 @@ func TestSimulatedUsage(t *testing.T) {
 	}
 }
 
+// metrics-server takes a pod's CPU as the difference of two cumulative
+// samples over the difference of their timestamps, which
+// /metrics/resource carries in whole milliseconds, and kubectl top
+// rounds the rate up to a millicore: a counter integrated to finer
+// instants than the timestamps it is shown with made 1500m show as
+// 1501m (seen in CI).
+func TestUsageRateFromTwoSamplesAsMetricsServerTakesIt(t *testing.T) {
+	ctx := context.Background()
+	p, clk, _ := newTest(t, nil)
+	clk.Step(400 * time.Microsecond)
+	pod := testPod("web", "200m", "100Mi")
+	pod.Annotations = map[string]string{AnnotationCPUUsage: "1500m"}
+	if err := p.CreatePod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	// scrape is what metrics-server reads of one sample: the timestamp
+	// in milliseconds and the counter in seconds.
+	scrape := func() (time.Time, uint64) {
+		t.Helper()
+		stats, err := p.PodStats(ctx)
+		if err != nil || len(stats) != 1 {
+			t.Fatalf("PodStats: %v, %d pods", err, len(stats))
+		}
+		cpu := stats[0].CPU
+		seconds := float64(*cpu.UsageCoreNanoSeconds) / 1e9
+		return time.UnixMilli(cpu.Time.UnixMilli()), uint64(seconds * 1e9)
+	}
+	for _, step := range []time.Duration{15*time.Second + 700*time.Microsecond, 15*time.Second + 300*time.Microsecond, 14*time.Second + 999*time.Microsecond} {
+		at1, c1 := scrape()
+		clk.Step(step)
+		at2, c2 := scrape()
+		rate := uint64(float64(c2-c1) / at2.Sub(at1).Seconds())
+		if got := resource.NewScaledQuantity(int64(rate), resource.Nano).MilliValue(); got != 1500 {
+			t.Errorf("after a step of %v: metrics-server's rate %dn shows as %dm, want the annotation's 1500m", step, rate, got)
+		}
+	}
+}
+
 // Noise varies samples within its share of the load.
 func TestSimulatedUsageNoise(t *testing.T) {
 	ctx := context.Background()
