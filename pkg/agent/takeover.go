@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/pkg/node"
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/server"
 	"github.com/nodelet/nodelet/pkg/shard"
 )
 
@@ -165,6 +166,8 @@ type takeover struct {
 	synced cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
 
+	// served says that the agent serves the Nodes' kubelet API.
+	served bool
 	// newNode makes a taken-over node's provider and what it runs.
 	newNode func(ctx context.Context, n *corev1.Node) (*takenNode, error)
 	ctrl    *node.Controller
@@ -202,7 +205,7 @@ func (a *Agent) newTakeover(p *parts, follow []nodeFollower, owns func(string) b
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodelet_takeover"}),
-		ctrl: p.nodes, follow: follow,
+		ctrl: p.nodes, follow: follow, served: a.s.server != nil,
 		taken: map[string]*takenNode{}, ready: make(chan struct{}),
 	}
 	for _, n := range a.nodes.nodes {
@@ -328,7 +331,7 @@ func (t *takeover) sync(ctx context.Context, name string) error {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.taken[name] = taken
-		if err := t.ctrl.Add(node.Node{Template: takenTemplate(name), Provider: taken.provider, TakenOver: true}); err != nil {
+		if err := t.ctrl.Add(node.Node{Template: takenTemplate(name, t.served), Provider: taken.provider, TakenOver: true}); err != nil {
 			t.releaseLocked(name)
 			return err
 		}
@@ -367,10 +370,16 @@ func (t *takeover) count() int {
 }
 
 // takenTemplate is what a taken-over node is adopted with: only what a
-// kubelet adds to a Node it did not create.
-func takenTemplate(name string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Annotations: map[string]string{ManagedAttachDetachAnnotation: "true"}}}
+// kubelet adds to a Node it did not create and, when the agent serves
+// the Nodes' kubelet API (served), the path of the node's own resource
+// metrics, which metrics-server needs to tell apart Nodes that share the
+// agent's address. Annotations the creator wrote stay theirs.
+func takenTemplate(name string, served bool) *corev1.Node {
+	annotations := map[string]string{ManagedAttachDetachAnnotation: "true"}
+	if served {
+		annotations[server.ResourceMetricsPathAnnotation] = server.ResourceMetricsPath(name)
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}
 }
 
 // buildTaken makes the provider of a Node taken over, and starts what it

@@ -12,7 +12,7 @@ import (
 
 // examplePath fills a route's wildcards with sample names.
 func examplePath(r Route) string {
-	return strings.NewReplacer("{namespace}", "ns", "{pod}", "p1", "{uid}", "uid-1", "{container}", "c").Replace(r.Path)
+	return strings.NewReplacer("{node}", "node-a", "{namespace}", "ns", "{pod}", "p1", "{uid}", "uid-1", "{container}", "c").Replace(r.Path)
 }
 
 // TestRoutes checks the route table against the ServeMux it built and

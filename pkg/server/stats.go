@@ -36,6 +36,52 @@ func (s *Server) statsRoutes(t *routeTable) {
 	t.handleReadOnly(http.MethodGet, "/metrics/resource", stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
 		return summaryOf(r, sp, s.requestNode(r))
 	}), "metrics")
+	resource := stats.ResourceMetricsHandler(func(r *http.Request) (*statsv1alpha1.Summary, error) {
+		return summaryOf(r, sp, r.PathValue("node"))
+	})
+	t.handleReadOnly(http.MethodGet, "/metrics/nodes/{node}/metrics/resource", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if node := r.PathValue("node"); !s.servesNode(node) {
+			http.Error(w, fmt.Sprintf("node %q is not served here", node), http.StatusNotFound)
+			return
+		}
+		resource.ServeHTTP(w, r)
+	}), "metrics")
+}
+
+// ResourceMetricsPathAnnotation is the annotation of a Node that tells
+// metrics-server (v0.7 and later) the path of its resource metrics, in
+// place of /metrics/resource. Nodes that share one address (the Nodes
+// an agent takes over) carry ResourceMetricsPath, which names the node.
+const ResourceMetricsPathAnnotation = "metrics.k8s.io/resource-metrics-path"
+
+// ResourceMetricsPath is the path of node's resource metrics that names
+// the node, as kwok serves it: /metrics/nodes/NODE/metrics/resource.
+func ResourceMetricsPath(node string) string {
+	return "/metrics/nodes/" + url.PathEscape(node) + "/metrics/resource"
+}
+
+// metricsPathNode is the node a path of ResourceMetricsPath's form names.
+func metricsPathNode(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/metrics/nodes/")
+	if !ok {
+		return "", false
+	}
+	name, rest, _ := strings.Cut(rest, "/")
+	if name == "" || !strings.HasPrefix(rest, "metrics/") {
+		return "", false
+	}
+	name, err := url.PathUnescape(name)
+	return name, err == nil
+}
+
+// servesNode tells whether the server serves node's stats: the server's
+// node, or one its NodeNameResolver has.
+func (s *Server) servesNode(node string) bool {
+	if node == s.opts.NodeName {
+		return true
+	}
+	names, ok := s.opts.Addresses.(NodeNameResolver)
+	return ok && names.HasNode(node)
 }
 
 // getSummary answers the summary of the request's node as JSON; with
@@ -95,11 +141,15 @@ func servesAddressedNode(path string) bool {
 	return underPath(path, "/stats") || underPath(path, "/metrics")
 }
 
-// addressedNode returns the node the API server proxied the request for,
-// when the resolver is a NodeNameResolver that has it; else the node whose
+// addressedNode returns the node a path of ResourceMetricsPath's form
+// names; else the node the API server proxied the request for, when the
+// resolver is a NodeNameResolver that has it; else the node whose
 // IP the request's connection was accepted on, as resolver names it; else
 // fallback.
 func addressedNode(r *http.Request, resolver NodeAddressResolver, fallback string) string {
+	if node, ok := metricsPathNode(r.URL.Path); ok {
+		return node
+	}
 	if resolver == nil {
 		return fallback
 	}

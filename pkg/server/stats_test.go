@@ -272,3 +272,48 @@ func TestStatsOfTheProxiedNode(t *testing.T) {
 		})
 	}
 }
+
+// kwok's path of a node's resource metrics, which a Node names in its
+// metrics.k8s.io/resource-metrics-path annotation for metrics-server,
+// serves and authorizes the node it names: the Nodes an agent takes over
+// share its address, so metrics-server reaches them all at one address.
+func TestResourceMetricsOfTheNodeInThePath(t *testing.T) {
+	tests := []struct {
+		name, node string
+		wantStatus int
+	}{
+		{"a node taken over", "kwok-1", http.StatusOK},
+		{"the server's node", "node-a", http.StatusOK},
+		{"a node not served", "other", http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newStatsBackend()
+			b.addrs = map[netip.Addr]string{netip.MustParseAddr("127.0.0.1"): "node-c"}
+			named := namedStatsBackend{b, []string{"kwok-0", "kwok-1"}}
+			ts := startServer(t, b, Options{Stats: named, Addresses: named}, "alice")
+			path := ResourceMetricsPath(tt.node)
+			if path != "/metrics/nodes/"+tt.node+"/metrics/resource" {
+				t.Fatalf("ResourceMetricsPath(%q) = %q, want kwok's path", tt.node, path)
+			}
+			status, body := ts.do(t, http.MethodGet, path, "alice-token", nil)
+			if status != tt.wantStatus {
+				t.Fatalf("GET %s = %d %q, want %d", path, status, body, tt.wantStatus)
+			}
+			b.mu.Lock()
+			asked := slices.Clone(b.asked)
+			b.mu.Unlock()
+			if tt.wantStatus == http.StatusOK && (!slices.Equal(asked, []string{tt.node}) || !strings.Contains(body, "node_cpu_usage_seconds_total")) {
+				t.Errorf("GET %s asked the summaries of %v and answered %q, want %s's resource metrics", path, asked, body, tt.node)
+			}
+			if tt.wantStatus != http.StatusOK && len(asked) > 0 {
+				t.Errorf("GET %s asked the summaries of %v, want none", path, asked)
+			}
+			for _, sar := range ts.reviews.recorded() {
+				if ra := sar.ResourceAttributes; ra == nil || ra.Name != tt.node || ra.Subresource != "metrics" {
+					t.Errorf("authorized %+v, want nodes/metrics of %s", ra, tt.node)
+				}
+			}
+		})
+	}
+}

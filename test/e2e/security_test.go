@@ -110,9 +110,9 @@ func grantNodes(t *testing.T, ns, name string, verbs []string, subs ...string) n
 }
 
 // routePath is a concrete request path of a route: its wildcards filled
-// with the test pod's names, and short profiles.
-func routePath(r server.Route, ns, pod, uid, container string) string {
-	p := strings.NewReplacer("{namespace}", ns, "{pod}", pod, "{uid}", uid, "{container}", container).Replace(r.Path)
+// with the test node's and pod's names, and short profiles.
+func routePath(r server.Route, node, ns, pod, uid, container string) string {
+	p := strings.NewReplacer("{node}", node, "{namespace}", ns, "{pod}", pod, "{uid}", uid, "{container}", container).Replace(r.Path)
 	switch {
 	case strings.HasPrefix(p, "/debug/pprof/"):
 		p += "?seconds=1"
@@ -198,7 +198,7 @@ func TestKubeletAPIAuthorizationMatrix(t *testing.T) {
 
 	tried := 0
 	for _, r := range routes {
-		path := routePath(r, ns, "app", uid, "main")
+		path := routePath(r, node, ns, "app", uid, "main")
 		for _, method := range methodsOf(r) {
 			tried++
 			if status, body := k.do(t, method, path, "", nil); status != http.StatusUnauthorized {

@@ -55,6 +55,15 @@ spec:
   - local:
       workDir: %[3]s
       envs: [{name: GREETING, value: hello}]
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ResourceUsage
+metadata: {name: web, namespace: %[1]s}
+spec:
+  usages:
+  - usage:
+      cpu: {value: 250m}
+      memory: {value: 40Mi}
 `, ns, logs, dir))
 	// Not a loopback address: the API server's node proxy refuses those.
 	port, address := fault.FreePort(t), hostIP(t)
@@ -122,6 +131,29 @@ spec:
 		if s.Node.NodeName != tt.node || hasPod != tt.withPod {
 			t.Errorf("stats summary of %s: node %q, pod web in it %v; want %s's, with the pod %v", tt.node, s.Node.NodeName, hasPod, tt.node, tt.withPod)
 		}
+	}
+
+	// metrics-server scrapes each Node at the path the agent annotated it
+	// with, which names the node: kubectl top shows the ResourceUsage's
+	// figures for the pod, and each Node's own.
+	for _, n := range []string{fleet + "-0", node} {
+		got, err := client.CoreV1().Nodes().Get(context.Background(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if path, want := got.Annotations["metrics.k8s.io/resource-metrics-path"], "/metrics/nodes/"+n+"/metrics/resource"; path != want {
+			t.Errorf("node %s: resource metrics path annotation %q, want %q", n, path, want)
+		}
+	}
+	eventually(t, 60*time.Second, "kubectl top pod shows the ResourceUsage's figures", func() (bool, string) {
+		cpu, mem, err := topQuantities("pod", "-n", ns, "web")
+		return err == nil && cpu == 250 && mem == 40<<20, fmt.Sprintf("cpu %dm memory %d: %v", cpu, mem, err)
+	})
+	for _, n := range []string{fleet + "-0", node} {
+		eventually(t, 30*time.Second, "kubectl top node shows "+n, func() (bool, string) {
+			cpu, mem, err := topQuantities("node", n)
+			return err == nil && cpu > 0 && mem > 0, fmt.Sprintf("cpu %dm memory %d: %v", cpu, mem, err)
+		})
 	}
 
 	kubectl(t, "delete", "pod", "-n", ns, "web", "--timeout=30s")
