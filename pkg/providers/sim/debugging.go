@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-client/pkg/logs"
 
+	"github.com/nodelet/nodelet/internal/pty"
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/simrules"
 )
@@ -172,8 +174,9 @@ func (c containerStatus) ContainerStatus(context.Context, string, bool) (*runtim
 
 // RunInContainer runs cmd on the agent's host as the container's Exec
 // entry says (its working directory, environment added to the agent's,
-// user and group), with the session's streams. A terminal is not
-// supported.
+// user and group), with the session's streams; with a terminal (kubectl
+// exec -t), on a pseudo-terminal of its own that the session's resizes
+// size.
 func (p *Provider) RunInContainer(ctx context.Context, namespace, name, container string, cmd []string, attach provider.AttachIO) error {
 	if err := p.checkContainer(namespace, name, container); err != nil {
 		return err
@@ -185,9 +188,6 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	if len(cmd) == 0 {
 		return errors.New("exec: no command")
 	}
-	if attach.TTY() {
-		return errors.New("exec: a terminal (kubectl exec -t) is not supported for kwok's local exec; leave out -t")
-	}
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 	c.Dir = e.Local.WorkDir
 	c.Env = os.Environ()
@@ -197,6 +197,9 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	if sc := e.Local.SecurityContext; sc != nil {
 		setCredential(c, sc.RunAsUser, sc.RunAsGroup)
 	}
+	if attach.TTY() {
+		return runOnTerminal(ctx, c, attach)
+	}
 	if out := attach.Stdout(); out != nil {
 		c.Stdout = out
 	}
@@ -205,6 +208,84 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, name, containe
 	}
 	return runWithInput(c, attach.Stdin())
 }
+
+// runOnTerminal runs c in a session of its own whose controlling
+// terminal is a new pseudo-terminal, copying the session's input to it
+// and its output (standard output and error together, as on a terminal)
+// to the session's standard output until c and whatever it left holding
+// the terminal are gone, or ctx ends.
+func runOnTerminal(ctx context.Context, c *exec.Cmd, attach provider.AttachIO) error {
+	master, slave, err := pty.Open()
+	if err != nil {
+		return fmt.Errorf("exec: %w", err)
+	}
+	defer master.Close()
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Setsid, c.SysProcAttr.Setctty = true, true // Ctty 0: its standard input
+	if size, ok := <-immediate(attach.Resize()); ok {
+		_ = pty.SetSize(master, size.Width, size.Height)
+	}
+	err = c.Start()
+	slave.Close() // the command holds it now
+	if err != nil {
+		return err
+	}
+	if in := attach.Stdin(); in != nil {
+		go func() { _, _ = io.Copy(master, in) }()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out := attach.Stdout()
+		if out == nil {
+			out = nopWriteCloser{io.Discard}
+		}
+		_, _ = io.Copy(out, pty.Reader{F: master})
+	}()
+	if resize := attach.Resize(); resize != nil {
+		go func() {
+			for {
+				select {
+				case size, ok := <-resize:
+					if !ok {
+						return
+					}
+					_ = pty.SetSize(master, size.Width, size.Height)
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	err = c.Wait()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// immediate is a channel that yields what ch holds now, if anything,
+// and is closed.
+func immediate[T any](ch <-chan T) <-chan T {
+	out := make(chan T, 1)
+	select {
+	case v, ok := <-ch:
+		if ok {
+			out <- v
+		}
+	default:
+	}
+	close(out)
+	return out
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // runWithInput runs c with in as its standard input, without waiting
 // for in to end once c has exited (a session's input ends only when its

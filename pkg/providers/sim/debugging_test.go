@@ -184,8 +184,19 @@ spec:
 	if err := p.RunInContainer(ctx, "ns", "other", "app", []string{"true"}, &attachIO{}); !errors.Is(err, provider.ErrNotSupported) {
 		t.Errorf("exec in a pod no Exec is for: %v, want ErrNotSupported", err)
 	}
-	if err := p.RunInContainer(ctx, "ns", "web", "app", []string{"true"}, &attachIO{tty: true}); err == nil || !strings.Contains(err.Error(), "terminal") {
-		t.Errorf("exec with a terminal: %v", err)
+
+	// With a terminal (kubectl exec -t), the command runs on a
+	// pseudo-terminal of the session's size, output and errors together.
+	var term bytes.Buffer
+	resize := make(chan provider.TermSize, 1)
+	resize <- provider.TermSize{Width: 91, Height: 37}
+	err := p.RunInContainer(ctx, "ns", "web", "app", []string{"sh", "-c", `tty; stty size; test -t 0 && echo "$GREETING on a terminal" >&2; exit 4`},
+		&attachIO{stdout: nopCloser{&term}, tty: true, resize: resize})
+	if coded, ok := err.(interface{ ExitCode() int }); !ok || coded.ExitCode() != 4 {
+		t.Errorf("exec with a terminal, exit 4: %v", err)
+	}
+	if got := strings.ReplaceAll(term.String(), "\r\n", "\n"); !strings.HasPrefix(got, "/dev/pts/") || !strings.Contains(got, "\n37 91\nhello on a terminal\n") {
+		t.Errorf("exec with a terminal printed %q, want its tty, the size 37 91 and the line written to stderr", got)
 	}
 	if err := p.RunInContainer(ctx, "ns", "gone", "app", []string{"true"}, &attachIO{}); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("exec in an unknown pod: %v", err)
@@ -257,13 +268,14 @@ type attachIO struct {
 	stdin          io.Reader
 	stdout, stderr io.WriteCloser
 	tty            bool
+	resize         chan provider.TermSize
 }
 
 func (a *attachIO) Stdin() io.Reader                 { return a.stdin }
 func (a *attachIO) Stdout() io.WriteCloser           { return a.stdout }
 func (a *attachIO) Stderr() io.WriteCloser           { return a.stderr }
 func (a *attachIO) TTY() bool                        { return a.tty }
-func (a *attachIO) Resize() <-chan provider.TermSize { return nil }
+func (a *attachIO) Resize() <-chan provider.TermSize { return a.resize }
 
 type nopCloser struct{ io.Writer }
 

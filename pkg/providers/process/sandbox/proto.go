@@ -195,5 +195,3 @@ func dialPacket(ctx context.Context, path string) (*net.UnixConn, error) {
 func errNoListener(err error) bool {
 	return errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT)
 }
-
-var errEOF = io.EOF

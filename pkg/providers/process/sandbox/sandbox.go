@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/pty"
 )
 
 // ErrNotRunning is returned for an operation on a container or sandbox
@@ -559,7 +561,7 @@ func (s *Sandbox) Exec(ctx context.Context, container string, argv []string, sio
 	var remote []*os.File // the session's ends, closed once sent
 	defer func() { closeAll(remote) }()
 	if sio.TTY {
-		master, slave, err := openPTY()
+		master, slave, err := pty.Open()
 		if err != nil {
 			return 0, err
 		}
@@ -570,12 +572,12 @@ func (s *Sandbox) Exec(ctx context.Context, container string, argv []string, sio
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
-			_, _ = io.Copy(writerOrDiscard(sio.Stdout), ptyReader{master})
+			_, _ = io.Copy(writerOrDiscard(sio.Stdout), pty.Reader{F: master})
 		}()
 		if sio.Resize != nil {
 			go func() {
 				for size := range sio.Resize {
-					_ = setWinsize(master, size)
+					_ = pty.SetSize(master, size.Width, size.Height)
 				}
 			}()
 		}

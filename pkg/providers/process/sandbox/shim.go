@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nodelet/nodelet/internal/pty"
 )
 
 // shim supervises one container attempt: it is the parent of the main
@@ -144,7 +146,7 @@ func (s *shim) start() (<-chan syscall.WaitStatus, error) {
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	var stdio [3]*os.File
 	if spec.TTY {
-		master, slave, err := openPTY()
+		master, slave, err := pty.Open()
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +159,7 @@ func (s *shim) start() (<-chan syscall.WaitStatus, error) {
 		outputs = append(outputs, struct {
 			r      io.Reader
 			stream string
-		}{ptyReader{master}, "stdout"})
+		}{pty.Reader{F: master}, "stdout"})
 		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	} else {
 		if spec.Stdin {
@@ -716,7 +718,7 @@ func (s *shim) attach(c *net.UnixConn, m message, fds []int) {
 			break
 		}
 		if m.Op == opResize && s.master != nil {
-			_ = setWinsize(s.master, TermSize{Width: m.Width, Height: m.Height})
+			_ = pty.SetSize(s.master, m.Width, m.Height)
 		}
 	}
 	s.mu.Lock()
