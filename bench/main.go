@@ -3,9 +3,12 @@
 // agent's API requests per deleted pod), the agent's CPU and memory (and
 // nodelet's heap profile once every pod runs), and a steady state's API
 // writes and lease lapses. kwok runs at its defaults and tuned (its
-// parallelism raised to nodelet's worker counts). Each agent gets a fresh
-// control plane; the figures are printed as a table with the ratios
-// nodelet/kwok and written as JSON. Run it with `make bench`.
+// parallelism raised to nodelet's worker counts); nodelet registers its
+// own nodes, or as nodelet-takeover manages the Nodes the bench creates
+// for kwok, with the same kwok stages (make bench-kwok-stages). Each
+// agent gets a fresh control plane; the figures are printed as a table
+// with the ratios nodelet/kwok and written as JSON. Run it with `make
+// bench`.
 //
 // With --process-pods it measures the process provider instead (make
 // bench-process), with --cri-pods the cri provider against the real
