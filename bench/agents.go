@@ -100,23 +100,30 @@ type agentSetting struct {
 	Values  map[string]int `json:"values"`
 }
 
+// nodeletTakeoverNodeWorkers is how many node workers nodelet runs when it
+// takes Nodes over: how many it will take over is not known when it
+// starts, so as many as for a thousand nodes (pkg/agent's
+// nodeController), whatever the count it ends up managing.
+func nodeletTakeoverNodeWorkers() int { return nodeletNodeWorkers(1000) }
+
 // simAgentSetting is the setting of a sim agent at n nodes: nodelet's
 // worker counts and client limit, kwok's parallelism (its client is
-// unthrottled in both versions: client.NewClientset sets no rate limit).
-func simAgentSetting(agent string, n int) (agentSetting, error) {
-	if agent == "nodelet" {
-		c := config.Default()
-		w := nodeletNodeWorkers(n)
-		return agentSetting{
-			Summary: fmt.Sprintf("nodelet defaults: %d node workers (min(max(%d nodes/4, 8), 1024)), podWorkers %d, kubeAPIQPS %g / kubeAPIBurst %d",
-				w, n, c.PodWorkers, c.KubeAPIQPS, c.KubeAPIBurst),
-			Values: map[string]int{"nodeWorkers": w, "podWorkers": int(c.PodWorkers),
-				"kubeAPIQPS": int(c.KubeAPIQPS), "kubeAPIBurst": int(c.KubeAPIBurst)},
-		}, nil
+// unthrottled in both versions: client.NewClientset sets no rate limit),
+// and for the agents that play kwok's stages, the stage set.
+func simAgentSetting(agent string, n int, stages stageSet) (agentSetting, error) {
+	switch agent {
+	case "nodelet":
+		return nodeletSetting(fmt.Sprintf("nodelet defaults: %d node workers (min(max(%d nodes/4, 8), 1024))", nodeletNodeWorkers(n), n),
+			nodeletNodeWorkers(n)), nil
+	case takeoverAgent:
+		w := nodeletTakeoverNodeWorkers()
+		s := nodeletSetting(fmt.Sprintf("nodelet defaults taking over the bench's Nodes (%s), %s: %d node workers (as for 1,000 nodes: the count taken over is not known at start)",
+			kwokNodeSelector, stages.describe(), w), w)
+		return s, nil
 	}
 	k, ok := parseKwokAgent(agent)
 	if !ok {
-		return agentSetting{}, fmt.Errorf("unknown agent %q (nodelet, kwok, kwok-tuned, kwok@VERSION or kwok@VERSION-tuned)", agent)
+		return agentSetting{}, fmt.Errorf("unknown agent %q (nodelet, %s, kwok, kwok-tuned, kwok@VERSION or kwok@VERSION-tuned)", agent, takeoverAgent)
 	}
 	p, how := kwokDefaultParallelism, "kwok defaults"
 	if k.tuned {
@@ -124,9 +131,20 @@ func simAgentSetting(agent string, n int) (agentSetting, error) {
 		how = fmt.Sprintf("KwokConfiguration raised to nodelet's workers at %d nodes (its node workers for both node options, its podWorkers for pods)", n)
 	}
 	return agentSetting{
-		Summary: fmt.Sprintf("%s: nodeLeaseParallelism %d, nodePlayStageParallelism %d, podPlayStageParallelism %d; client unthrottled",
-			how, p.NodeLease, p.NodePlayStage, p.PodPlayStage),
+		Summary: fmt.Sprintf("%s, %s: nodeLeaseParallelism %d, nodePlayStageParallelism %d, podPlayStageParallelism %d; client unthrottled",
+			how, stages.describe(), p.NodeLease, p.NodePlayStage, p.PodPlayStage),
 		Values: map[string]int{"nodeLeaseParallelism": p.NodeLease, "nodePlayStageParallelism": p.NodePlayStage,
 			"podPlayStageParallelism": p.PodPlayStage},
 	}, nil
+}
+
+// nodeletSetting is nodelet's setting with its default pod workers and
+// client limit, and workers node workers, after how.
+func nodeletSetting(how string, workers int) agentSetting {
+	c := config.Default()
+	return agentSetting{
+		Summary: fmt.Sprintf("%s, podWorkers %d, kubeAPIQPS %g / kubeAPIBurst %d", how, c.PodWorkers, c.KubeAPIQPS, c.KubeAPIBurst),
+		Values: map[string]int{"nodeWorkers": workers, "podWorkers": int(c.PodWorkers),
+			"kubeAPIQPS": int(c.KubeAPIQPS), "kubeAPIBurst": int(c.KubeAPIBurst)},
+	}
 }

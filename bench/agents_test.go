@@ -85,7 +85,7 @@ func TestKwokConfiguration(t *testing.T) {
 }
 
 func TestSimAgentSetting(t *testing.T) {
-	s, err := simAgentSetting("kwok@v0.8.0-tuned", 2500)
+	s, err := simAgentSetting("kwok@v0.8.0-tuned", 2500, fastStages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,21 +95,21 @@ func TestSimAgentSetting(t *testing.T) {
 	if !strings.Contains(s.Summary, "nodeLeaseParallelism 625") {
 		t.Errorf("summary %q does not name the setting", s.Summary)
 	}
-	s, err = simAgentSetting("kwok@v0.7.0", 2500)
+	s, err = simAgentSetting("kwok@v0.7.0", 2500, fastStages)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Values["nodeLeaseParallelism"] != 4 || !strings.HasPrefix(s.Summary, "kwok defaults") {
 		t.Errorf("default kwok: %+v", s)
 	}
-	s, err = simAgentSetting("nodelet", 5000)
+	s, err = simAgentSetting("nodelet", 5000, fastStages)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Values["nodeWorkers"] != 1024 || s.Values["podWorkers"] != 64 || s.Values["kubeAPIQPS"] != 5000 {
 		t.Errorf("nodelet at 5,000 nodes: %v", s.Values)
 	}
-	if _, err := simAgentSetting("kubelet", 10); err == nil || !strings.Contains(err.Error(), `"kubelet"`) {
+	if _, err := simAgentSetting("kubelet", 10, fastStages); err == nil || !strings.Contains(err.Error(), `"kubelet"`) {
 		t.Errorf("an unknown agent: error %v, want one naming it", err)
 	}
 }

@@ -232,7 +232,7 @@ func (c *cluster) createKwokNodes(ctx context.Context, n int) ([]string, error) 
 		names[i] = fmt.Sprintf("kwok-%d", i)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 			Name:        names[i],
-			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+			Annotations: map[string]string{kwokNodeAnnotation: kwokNodeAnnotationValue},
 			Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": names[i]},
 		}}
 		_, err := c.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})

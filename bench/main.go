@@ -3,9 +3,12 @@
 // agent's API requests per deleted pod), the agent's CPU and memory (and
 // nodelet's heap profile once every pod runs), and a steady state's API
 // writes and lease lapses. kwok runs at its defaults and tuned (its
-// parallelism raised to nodelet's worker counts). Each agent gets a fresh
-// control plane; the figures are printed as a table with the ratios
-// nodelet/kwok and written as JSON. Run it with `make bench`.
+// parallelism raised to nodelet's worker counts); nodelet registers its
+// own nodes, or as nodelet-takeover manages the Nodes the bench creates
+// for kwok, with the same kwok stages (make bench-kwok-stages). Each
+// agent gets a fresh control plane; the figures are printed as a table
+// with the ratios nodelet/kwok and written as JSON. Run it with `make
+// bench`.
 //
 // With --process-pods it measures the process provider instead (make
 // bench-process), with --cri-pods the cri provider against the real
@@ -52,8 +55,11 @@ type options struct {
 	// holds the modules of every kwok version named, for their stages.
 	kwokVersion string
 	gomodcache  string
-	keep        bool // keep the control plane's directory and the agents' logs
-	agentV      int  // the agents' log verbosity
+	// stages is the set of kwok's stages kwok and nodelet-takeover play
+	// (the built-in nodelet agent plays its own lifecycle).
+	stages stageSet
+	keep   bool // keep the control plane's directory and the agents' logs
+	agentV int  // the agents' log verbosity
 	// heapProfile runs nodelet's kubelet API, to take its heap profile
 	// once every pod is Running.
 	heapProfile bool
@@ -69,6 +75,9 @@ type options struct {
 // result is what one agent scored.
 type result struct {
 	Agent string `json:"agent"`
+	// Stages is the set of kwok's stages the agent played (kwok and
+	// nodelet-takeover), empty for nodelet's built-in lifecycle.
+	Stages string `json:"stages,omitempty"`
 	// Setting is what the agent ran with: nodelet's workers and client
 	// limit, kwok's parallelism (its defaults, or tuned).
 	Setting             agentSetting `json:"setting"`
@@ -111,6 +120,7 @@ type result struct {
 // modes are the flags that choose a mode and its own options.
 type modes struct {
 	agents, scales string // the sim bench's
+	kwokStages     string
 	criAgents      string
 	cri            criOptions
 	stats          bool
@@ -128,7 +138,8 @@ func main() {
 	flag.IntVar(&o.pods, "pods", 10000, "pods created and deleted")
 	flag.StringVar(&m.scales, "scales", "", "instead of --nodes and --pods: the scales to measure, each as nodes/pods, comma-separated (for example 1000/5000,5000/10000)")
 	flag.DurationVar(&o.steady, "steady", 5*time.Minute, "steady-state measurement")
-	flag.StringVar(&m.agents, "agents", "nodelet,kwok,kwok-tuned", "agents to measure, in order: nodelet, kwok (--kwok-version's) or kwok@VERSION (bin/kwok-VERSION, make bin/kwok-VERSION) at kwok's defaults, kwok-tuned or kwok@VERSION-tuned with its nodeLeaseParallelism, nodePlayStageParallelism and podPlayStageParallelism raised to nodelet's worker counts at each scale")
+	flag.StringVar(&m.agents, "agents", "nodelet,kwok,kwok-tuned", "agents to measure, in order: nodelet (its own nodes, --nodes), nodelet-takeover (the bench's pre-created Nodes taken over by kwok's annotation selector, with the stages kwok plays), kwok (--kwok-version's) or kwok@VERSION (bin/kwok-VERSION, make bin/kwok-VERSION) at kwok's defaults, kwok-tuned or kwok@VERSION-tuned with its nodeLeaseParallelism, nodePlayStageParallelism and podPlayStageParallelism raised to nodelet's worker counts at each scale")
+	flag.StringVar(&m.kwokStages, "kwok-stages", "fast", "the stages kwok and nodelet-takeover play, from the kwok module's kustomize/stage: fast (kwokctl's default: node/fast, node/heartbeat-with-lease, pod/fast) or general (pod/general in place of pod/fast); both, comma-separated, run every scale and agent with each in turn")
 	flag.StringVar(&o.out, "out", "bench/results.json", "where to write the results")
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding controlplane, nodelet and kwok")
 	flag.StringVar(&o.kwokVersion, "kwok-version", "v0.8.0", "the version of kwok an agent named kwok runs (bin/kwok-VERSION)")
@@ -241,12 +252,20 @@ func runMode(o options, m modes, prov provenance) error {
 	o.agents = nil
 	for _, a := range strings.Split(m.agents, ",") {
 		a = normalizeAgent(strings.TrimSpace(a), o.kwokVersion)
-		if _, err := simAgentSetting(a, 1); err != nil {
+		if _, err := simAgentSetting(a, 1, fastStages); err != nil {
 			return fmt.Errorf("--agents: %w", err)
 		}
 		o.agents = append(o.agents, a)
 	}
+	sets, err := parseStageSets(m.kwokStages)
+	if err != nil {
+		return fmt.Errorf("--kwok-stages: %w", err)
+	}
 	if sc.run {
+		if len(sets) > 1 {
+			return fmt.Errorf("--kwok-stages: --scaling takes one stage set")
+		}
+		o.stages = sets[0]
 		sizes, err := parseScales(sc.scales)
 		if err != nil {
 			return fmt.Errorf("--scaling-scales: %w", err)
@@ -261,27 +280,29 @@ func runMode(o options, m modes, prov provenance) error {
 
 	sizes := []scale{{o.nodes, o.pods}}
 	if m.scales != "" {
-		var err error
 		if sizes, err = parseScales(m.scales); err != nil {
 			return fmt.Errorf("--scales: %w", err)
 		}
 	}
 	ctx := context.Background()
 	var results []result
-	for _, size := range sizes {
-		o.nodes, o.pods = size.nodes, size.pods
-		var these []result
-		for _, agent := range o.agents {
-			r, err := measure(ctx, o, agent)
-			if err != nil {
-				return fmt.Errorf("%s at %d nodes and %d pods: %w", agent, o.nodes, o.pods, err)
+	for _, set := range sets {
+		o.stages = set
+		for _, size := range sizes {
+			o.nodes, o.pods = size.nodes, size.pods
+			var these []result
+			for _, agent := range o.agents {
+				r, err := measure(ctx, o, agent)
+				if err != nil {
+					return fmt.Errorf("%s at %d nodes and %d pods: %w", agent, o.nodes, o.pods, err)
+				}
+				these = append(these, r)
 			}
-			these = append(these, r)
+			fmt.Printf("\n%s:\n", tableTitle(o.nodes, o.pods, set, o.agents))
+			printTable(os.Stdout, these)
+			printSettings(os.Stdout, these)
+			results = append(results, these...)
 		}
-		fmt.Printf("\n%d nodes, %d pods:\n", o.nodes, o.pods)
-		printTable(os.Stdout, these)
-		printSettings(os.Stdout, these)
-		results = append(results, these...)
 	}
 	for _, r := range results {
 		if r.HeapAtPodPeak != nil {
@@ -332,10 +353,12 @@ type agentRun struct {
 }
 
 // startAgentRun starts a control plane and the agent of o.nodes nodes on
-// it, and waits until the nodes are Ready. heapProfile runs nodelet's
-// kubelet API, for its heap and CPU profiles.
+// it (nodelet's own, or Nodes the bench creates for kwok and
+// nodelet-takeover, played by o.stages), and waits until the nodes are
+// Ready. heapProfile runs nodelet's kubelet API, for its heap and CPU
+// profiles.
 func startAgentRun(ctx context.Context, o options, agent string, heapProfile bool) (_ *agentRun, err error) {
-	setting, err := simAgentSetting(agent, o.nodes)
+	setting, err := simAgentSetting(agent, o.nodes, o.stages)
 	if err != nil {
 		return nil, err
 	}
@@ -357,28 +380,27 @@ func startAgentRun(ctx context.Context, o options, agent string, heapProfile boo
 	var args []string
 	if agent == "nodelet" {
 		args, run.nodeNames = simAgentArgs(o, run.cp, o.nodes), simNodeNames(o.nodes)
-		if heapProfile {
-			port, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			client, transport, err := adminClient(run.cp.dir, time.Minute)
-			if err != nil {
-				return nil, err
-			}
-			run.stops = append(run.stops, transport.CloseIdleConnections)
-			args = withKubeletAPI(args, run.cp, port)
-			run.heap = &agentProbe{port: port, client: client}
-		}
 	} else {
-		k, _ := parseKwokAgent(agent) // simAgentSetting knew it
 		logf("%s: pre-creating %d nodes", agent, o.nodes)
 		if run.nodeNames, err = run.cl.createKwokNodes(ctx, o.nodes); err != nil {
 			return nil, err
 		}
-		if args, err = kwokArgs(o, run.cp, k); err != nil {
+		if args, err = stagedAgentArgs(o, run.cp, agent); err != nil {
 			return nil, err
 		}
+	}
+	if _, isKwok := parseKwokAgent(agent); heapProfile && !isKwok {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		client, transport, err := adminClient(run.cp.dir, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		run.stops = append(run.stops, transport.CloseIdleConnections)
+		args = withKubeletAPI(args, run.cp, port)
+		run.heap = &agentProbe{port: port, client: client}
 	}
 
 	logf("%s: starting (%s)", agent, setting.Summary)
@@ -406,33 +428,41 @@ func (run *agentRun) stop() {
 // pid is the agent's process ID.
 func (run *agentRun) pid() int { return run.proc.cmd.Process.Pid }
 
-// kwokArgs is the command line of kwok k managing the bench's pre-created
-// nodes, with kwokctl's default stages and, tuned, its configuration file
-// written in the control plane's directory.
-func kwokArgs(o options, cp *controlPlane, k kwokAgent) ([]string, error) {
-	args := []string{filepath.Join(o.bin, "kwok-"+k.version), "--kubeconfig", cp.kubeconfig,
-		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds=40", "--cidr=100.64.0.0/10", "--node-ip=127.0.0.1"}
-	if k.tuned {
-		path := filepath.Join(cp.dir, "kwok-configuration.yaml")
-		if err := os.WriteFile(path, kwokConfiguration(tunedKwokParallelism(o.nodes)), 0o644); err != nil {
-			return nil, fmt.Errorf("kwok configuration: %w", err)
-		}
-		args = append(args, "--config", path)
+// stagedAgentArgs is the command line of kwok or nodelet-takeover on
+// cp, with o.stages from the kwok module of its version (nodelet-takeover
+// plays --kwok-version's); tuned kwok's configuration file is written in
+// cp's directory.
+func stagedAgentArgs(o options, cp *controlPlane, agent string) ([]string, error) {
+	k, isKwok := parseKwokAgent(agent)
+	version := o.kwokVersion
+	if isKwok {
+		version = k.version
 	}
-	stages, err := kwokStages(filepath.Join(o.gomodcache, "sigs.k8s.io", "kwok@"+k.version, "kustomize", "stage"))
+	stages, err := stageFiles(kwokStageDir(o.gomodcache, version), o.stages)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range stages {
-		args = append(args, "--config", s)
+	if !isKwok {
+		return takeoverArgs(o.bin, cp.kubeconfig, o.agentV, stages), nil
 	}
-	return args, nil
+	var configPath string
+	if k.tuned {
+		configPath = filepath.Join(cp.dir, "kwok-configuration.yaml")
+		if err := os.WriteFile(configPath, kwokConfiguration(tunedKwokParallelism(o.nodes)), 0o644); err != nil {
+			return nil, fmt.Errorf("kwok configuration: %w", err)
+		}
+	}
+	return kwokArgs(o.bin, cp.kubeconfig, k, configPath, stages), nil
 }
 
 // measure runs one agent on a fresh control plane.
 func measure(ctx context.Context, o options, agent string) (result, error) {
 	r := result{Agent: agent, Nodes: o.nodes, Pods: o.pods}
+	profiled := agent
+	if playsStages(agent) {
+		r.Stages = string(o.stages)
+		profiled = agent + "-" + r.Stages
+	}
 	run, err := startAgentRun(ctx, o, agent, o.heapProfile)
 	if err != nil {
 		return r, err
@@ -466,7 +496,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 		r.PodPhaseSeconds, r.PodPhaseAPIServerCores, r.PodPhaseAgentCores, r.PodPhaseWritesPerSec, r.PodPhaseWriteLatencyMs)
 	logf("%s: %d pods Running: p50 %.3fs p99 %.3fs, last create to all Running %.3fs", agent, o.pods, p50, p99, tail)
 	if heap != nil {
-		r.HeapAtPodPeak = heap.peakHeap(ctx, profilePath(o.out, "heap", agent, o.nodes, o.pods))
+		r.HeapAtPodPeak = heap.peakHeap(ctx, profilePath(o.out, "heap", profiled, o.nodes, o.pods))
 	}
 
 	requests0, err := cl.podRequests(ctx)
@@ -497,7 +527,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 				return
 			case <-time.After((o.steady - d) / 2):
 			}
-			heap.saveCPUProfile(ctx, d, profilePath(o.out, "cpu", agent, o.nodes, o.pods))
+			heap.saveCPUProfile(ctx, d, profilePath(o.out, "cpu", profiled, o.nodes, o.pods))
 		}()
 	}
 	writes, lapses, err := cl.steady(ctx, o.steady)
@@ -557,21 +587,6 @@ func parseScales(s string) ([]scale, error) {
 			return nil, fmt.Errorf("%q is not nodes/pods (for example 1000/5000)", part)
 		}
 		out = append(out, scale{nodes, pods})
-	}
-	return out, nil
-}
-
-// kwokStages are kwokctl's default stages in the stage directory of a kwok
-// module: nodes initialised at once with lease heartbeats, pods Ready at
-// once and deleted at once.
-func kwokStages(dir string) ([]string, error) {
-	var out []string
-	for _, pattern := range []string{"node/fast/node-*.yaml", "node/heartbeat-with-lease/node-*.yaml", "pod/fast/pod-*.yaml"} {
-		m, err := filepath.Glob(filepath.Join(dir, pattern))
-		if err != nil || len(m) == 0 {
-			return nil, fmt.Errorf("no kwok stages %s in %s (is --gomodcache right?)", pattern, dir)
-		}
-		out = append(out, m...)
 	}
 	return out, nil
 }
