@@ -4,7 +4,9 @@
 // and where port-forward goes (PortForward, ClusterPortForward). They are
 // kwok's own objects (kwok.x-k8s.io/v1alpha1), read from files or watched
 // in the cluster, checked, and looked up for a pod and a container as kwok
-// looks them up.
+// looks them up. The CEL expressions of usage are compiled, in kwok's
+// own environment (cel.go), when their object is read, and evaluated for
+// a container when asked.
 //
 // It decides and never acts: it reads no log file, runs no command and
 // dials nothing (the sim provider does, as a rule says), and it never
