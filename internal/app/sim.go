@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/pkg/agent"
@@ -163,6 +164,9 @@ func (s *simStages) loop() agent.LoopFunc {
 type simRules struct {
 	set   func() (*simrules.Set, error)
 	kinds []simrules.Kind
+	// cel is the environment of the usage expressions, on the clock of
+	// the sim providers (the wall clock); set with set.
+	cel *simrules.CEL
 }
 
 func newSimRules(cfg *config.Config) *simRules {
@@ -174,7 +178,12 @@ func newSimRules(cfg *config.Config) *simRules {
 	}
 	paths := slices.Clone(cfg.Sim.Stages)
 	r.set = sync.OnceValues(func() (*simrules.Set, error) {
-		files, err := simrules.Load(paths...)
+		env, err := simrules.NewCEL(clock.RealClock{})
+		if err != nil {
+			return nil, err
+		}
+		r.cel = env
+		files, err := simrules.Load(env, paths...)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +220,7 @@ func (r *simRules) loop() agent.LoopFunc {
 		if err != nil {
 			return fmt.Errorf("kwok rules: %w", err)
 		}
-		w := simrules.NewWatcher(dyn, disc, set, r.kinds)
+		w := simrules.NewWatcher(dyn, disc, set, r.kinds, r.cel)
 		w.Recorder = recorder
 		return w.Run(ctx)
 	}

@@ -1194,7 +1194,7 @@ func (s *SimConfig) validateStages(p *field.Path) field.ErrorList {
 		}
 		podStages += len(l.For("v1", "Pod"))
 		// kwok's other kinds in the same files.
-		if _, err := simrules.Load(path); err != nil {
+		if _, err := simrules.Load(nil, path); err != nil {
 			errs = append(errs, field.Invalid(ip, path, err.Error()))
 		}
 	}

@@ -192,7 +192,7 @@ func TestValidateSimStages(t *testing.T) {
 		t.Fatal(err)
 	}
 	badRule := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(badRule, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ResourceUsage\nmetadata: {name: web}\nspec:\n  usages: [{usage: {cpu: {expression: '1'}}}]\n"), 0o644); err != nil {
+	if err := os.WriteFile(badRule, []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: ResourceUsage\nmetadata: {name: web}\nspec:\n  usages: [{usage: {cpu: {expression: '1 +'}}}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -209,7 +209,7 @@ func TestValidateSimStages(t *testing.T) {
 		{name: "enableCRDs", sim: func(s *SimConfig) { s.EnableCRDs = []string{"Stage", "Logs", "Attach", "ClusterResourceUsage"} },
 			wantErr: []string{"sim.enableCRDs[2]"}},
 		{name: "bad kwok object beside the stages", sim: func(s *SimConfig) { s.Stages = []string{kwokFast, badRule} },
-			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{badRule, "ResourceUsage default/web", "spec.usages[0].usage[cpu].expression", "CEL expressions are not supported"}},
+			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{badRule, "ResourceUsage default/web", "spec.usages[0].usage[cpu].expression", "failed to compile metric expression"}},
 		{name: "cluster stages beside the pod lifecycle settings", sim: func(s *SimConfig) {
 			s.EnableCRDs, s.StartDelay.Duration = []string{"Stage"}, time.Second
 		}},

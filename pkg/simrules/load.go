@@ -15,8 +15,9 @@ import (
 // .yaml, .yml and .json files of directories, in name order: the same
 // files as the stages', whose Stages and other kinds it skips. An error
 // names the file, the object and the field; the objects at fault are
-// left out of the rules returned.
-func Load(paths ...string) ([]*Rule, error) {
+// left out of the rules returned. CEL expressions are compiled in env
+// (nil: kwok's on the wall clock).
+func Load(env *CEL, paths ...string) ([]*Rule, error) {
 	var out []*Rule
 	err := stage.EachFile("rules", paths, func(f string) error {
 		data, err := os.ReadFile(f)
@@ -24,7 +25,7 @@ func Load(paths ...string) ([]*Rule, error) {
 			return fmt.Errorf("rules: %w", err)
 		}
 		objs, decodeErr := Decode(data)
-		rules, err := CompileAll(objs)
+		rules, err := CompileAll(objs, env)
 		out = append(out, rules...)
 		if err := errors.Join(decodeErr, err); err != nil {
 			return fmt.Errorf("rules: %s: %w", f, err)

@@ -4,7 +4,9 @@
 // and where port-forward goes (PortForward, ClusterPortForward). They are
 // kwok's own objects (kwok.x-k8s.io/v1alpha1), read from files or watched
 // in the cluster, checked, and looked up for a pod and a container as kwok
-// looks them up.
+// looks them up. The CEL expressions of usage are compiled, in kwok's
+// own environment (cel.go), when their object is read, and evaluated for
+// a container when asked.
 //
 // It decides and never acts: it reads no log file, runs no command and
 // dials nothing (the sim provider does, as a rule says), and it never
@@ -83,7 +85,7 @@ type Rule struct {
 	logs     []kwokv1alpha1.Log
 	execs    []kwokv1alpha1.ExecTarget
 	forwards []kwokv1alpha1.Forward
-	usages   []kwokv1alpha1.ResourceUsageContainer
+	usages   []ContainerUsage
 }
 
 // String names the rule as kubectl would: "Logs default/web".
@@ -117,14 +119,17 @@ func contains[T comparable](list []T, v T) bool {
 }
 
 // Compile checks one of kwok's objects of the kinds above (a typed
-// object: *kwokv1alpha1.Logs …) and makes its rule. A namespaced object
-// without a namespace is taken as in "default", as kubectl takes it. An
-// error names the object and each field at fault.
-func Compile(obj runtime.Object) (*Rule, error) {
+// object: *kwokv1alpha1.Logs …) and makes its rule, compiling the CEL
+// expressions of a ResourceUsage or ClusterResourceUsage in env (nil:
+// kwok's on the wall clock). A namespaced object without a namespace is
+// taken as in "default", as kubectl takes it. An error names the object
+// and each field at fault.
+func Compile(obj runtime.Object, env *CEL) (*Rule, error) {
 	var (
 		r        Rule
 		kindName string
 		meta     metav1.ObjectMeta
+		usages   []kwokv1alpha1.ResourceUsageContainer
 		errs     field.ErrorList
 		spec     = field.NewPath("spec")
 	)
@@ -149,10 +154,10 @@ func Compile(obj runtime.Object) (*Rule, error) {
 		meta, r.forwards, r.selector = o.ObjectMeta, o.Spec.Forwards, o.Spec.Selector
 	case *kwokv1alpha1.ResourceUsage:
 		kindName = kwokv1alpha1.ResourceUsageKind
-		meta, r.usages = o.ObjectMeta, o.Spec.Usages
+		meta, usages = o.ObjectMeta, o.Spec.Usages
 	case *kwokv1alpha1.ClusterResourceUsage:
 		kindName = kwokv1alpha1.ClusterResourceUsageKind
-		meta, r.usages, r.selector = o.ObjectMeta, o.Spec.Usages, o.Spec.Selector
+		meta, usages, r.selector = o.ObjectMeta, o.Spec.Usages, o.Spec.Selector
 	default:
 		return nil, fmt.Errorf("%T: not one of kwok's kinds for pods' usage, logs, exec or port-forward", obj)
 	}
@@ -218,20 +223,29 @@ func Compile(obj runtime.Object) (*Rule, error) {
 			}
 		}
 	}
-	for i, u := range r.usages {
+	for i, u := range usages {
 		p := spec.Child("usages").Index(i).Child("usage")
+		entry := ContainerUsage{rule: &r, containers: u.Containers, figures: make(map[string]*figure, len(u.Usage))}
 		for _, name := range slices.Sorted(maps.Keys(u.Usage)) { // errors in one order
 			v := u.Usage[name]
 			switch {
 			case v.Expression != nil:
-				errs = append(errs, field.Invalid(p.Key(name).Child("expression"), *v.Expression,
-					"CEL expressions are not supported by nodelet; give a value"))
+				fp := p.Key(name).Child("expression")
+				expr, err := env.compile(*v.Expression)
+				if err != nil {
+					errs = append(errs, field.Invalid(fp, *v.Expression, err.Error()))
+					continue
+				}
+				entry.figures[name] = &figure{expr: expr, path: fp.String()}
 			case v.Value == nil:
 				errs = append(errs, field.Required(p.Key(name).Child("value"), ""))
 			case v.Value.Sign() < 0:
 				errs = append(errs, field.Invalid(p.Key(name).Child("value"), v.Value.String(), "must not be negative"))
+			default:
+				entry.figures[name] = &figure{value: v.Value.AsApproximateFloat64()}
 			}
 		}
+		r.usages = append(r.usages, entry)
 	}
 	if err := errs.ToAggregate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", r.String(), err)
@@ -239,13 +253,13 @@ func Compile(obj runtime.Object) (*Rule, error) {
 	return &r, nil
 }
 
-// CompileAll compiles objects, leaving out those at fault; the error joins
-// theirs.
-func CompileAll(objs []runtime.Object) ([]*Rule, error) {
+// CompileAll compiles objects in env (see Compile), leaving out those at
+// fault; the error joins theirs.
+func CompileAll(objs []runtime.Object, env *CEL) ([]*Rule, error) {
 	var out []*Rule
 	var errs []error
 	for _, o := range objs {
-		r, err := Compile(o)
+		r, err := Compile(o, env)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -1,6 +1,7 @@
 package simrules
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -123,26 +124,46 @@ func (rs *Rules) Forward(namespace, pod string, port int32) (*kwokv1alpha1.Forwa
 	return &r.forwards[i], nil
 }
 
-// Usage is what the rules say a container uses: for each resource they
-// name ("cpu" in cores, "memory" in bytes …), its value. It is nil when
-// no ResourceUsage or ClusterResourceUsage has an entry for the
-// container (a ResourceUsage naming the pod without one says nothing of
-// it).
-func (rs *Rules) Usage(namespace, pod, container string) map[string]float64 {
+// Usage is the entry of a ResourceUsage or ClusterResourceUsage for a
+// container, nil when none has one (a ResourceUsage naming the pod
+// without one says nothing of it).
+func (rs *Rules) Usage(namespace, pod, container string) *ContainerUsage {
 	r, i, err := rs.lookup(whatUsage, namespace, pod, func(r *Rule) int {
-		return pick(r.usages, func(u kwokv1alpha1.ResourceUsageContainer) []string { return u.Containers }, container)
+		return pick(r.usages, func(u ContainerUsage) []string { return u.containers }, container)
 	})
 	if err != nil {
 		return nil
 	}
-	out := make(map[string]float64, len(r.usages[i].Usage))
-	for name, v := range r.usages[i].Usage {
-		if v.Value != nil { // Compile refused the others
-			out[name] = v.Value.AsApproximateFloat64()
-		}
-	}
-	return out
+	return &r.usages[i]
 }
+
+// ContainerUsage is an entry of a ResourceUsage or ClusterResourceUsage:
+// what the containers it names (or all) use.
+type ContainerUsage struct {
+	rule       *Rule
+	containers []string
+	figures    map[string]*figure // by resource name
+}
+
+// Resource is the usage of the resource named ("cpu" in cores, "memory"
+// in bytes …) for data's container, as its value or expression gives it;
+// ok is false when the entry does not name the resource. An expression
+// that fails or gives less than 0 gives kwok's fallback, 0, and an error
+// naming the object and the field.
+func (u *ContainerUsage) Resource(ctx context.Context, name string, data UsageData) (v float64, ok bool, err error) {
+	f, ok := u.figures[name]
+	if !ok {
+		return 0, false, nil
+	}
+	v, err = f.eval(ctx, data)
+	if err != nil {
+		return 0, true, fmt.Errorf("%s: %w", u.rule, err)
+	}
+	return v, true, nil
+}
+
+// Rule is the object the entry is of.
+func (u *ContainerUsage) Rule() *Rule { return u.rule }
 
 // Empty tells whether there are no rules.
 func (rs *Rules) Empty() bool {

@@ -96,7 +96,7 @@ func load(t *testing.T, content string) *Rules {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rules, err := Load(path)
+	rules, err := Load(nil, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,16 +155,16 @@ func TestLookup(t *testing.T) {
 		t.Errorf("Forward 9999 = %+v, %v, want the command of the entry without ports", f, err)
 	}
 
-	if u := rs.Usage("shop", "web", "web"); u["cpu"] != 0.25 || u["memory"] != 100*1024*1024 {
-		t.Errorf("usage of shop/web web = %v", u)
+	if cpu, mem := figures(t, rs, "shop", "web", "web", UsageData{}); cpu != 0.25 || mem != 100*1024*1024 {
+		t.Errorf("usage of shop/web web = %v, %v", cpu, mem)
 	}
 	// The pod's ResourceUsage has no entry for the container: it says
 	// nothing of it, and the cluster's are not looked at (as in kwok).
 	if u := rs.Usage("shop", "web", "sidecar"); u != nil {
 		t.Errorf("usage of shop/web sidecar = %v, want none", u)
 	}
-	if u := rs.Usage("shop", "other", "x"); u["cpu"] != 2 {
-		t.Errorf("usage of shop/other = %v, want the cluster's 2 cores", u)
+	if cpu, _ := figures(t, rs, "shop", "other", "x", UsageData{}); cpu != 2 {
+		t.Errorf("usage of shop/other = %v, want the cluster's 2 cores", cpu)
 	}
 	var none *Rules
 	if _, err := none.Log("a", "b", "c"); !errors.Is(err, ErrNoRule) {
@@ -179,7 +179,7 @@ metadata: {name: cel, namespace: ns}
 spec:
   usages:
   - usage:
-      cpu: {expression: 'pod.spec.containers.size() * 0.1'}
+      cpu: {expression: 'pod.spec.containers.size() * '}
       memory: {value: -1Mi}
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -224,13 +224,14 @@ spec:
 	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rules, err := Load(path)
+	rules, err := Load(nil, path)
 	if err == nil {
 		t.Fatal("no error")
 	}
 	for _, want := range []string{
 		path,
-		`ResourceUsage ns/cel: [spec.usages[0].usage[cpu].expression: Invalid value: "pod.spec.containers.size() * 0.1": CEL expressions are not supported`,
+		`ResourceUsage ns/cel: [spec.usages[0].usage[cpu].expression: Invalid value: "pod.spec.containers.size() * ": failed to compile metric expression`,
+		"Syntax error",
 		`spec.usages[0].usage[memory].value: Invalid value: "-1Mi": must not be negative`,
 		"Logs default/nofile: spec.logs[0].logsFile: Required value",
 		"ClusterPortForward nowhere: [spec.forwards[0].ports[0]: Invalid value: 0",
@@ -246,13 +247,13 @@ spec:
 	if len(rules) != 1 || rules[0].String() != "ClusterLogs good" {
 		t.Errorf("rules %v, want the good one only", rules)
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "rules: stat") {
+	if _, err := Load(nil, filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "rules: stat") {
 		t.Errorf("missing file: %v", err)
 	}
 }
 
 func TestSet(t *testing.T) {
-	files, err := CompileAll(nil)
+	files, err := CompileAll(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ type Watcher struct {
 	discovery discovery.DiscoveryInterface
 	set       *Set
 	kinds     []Kind
+	env       *CEL
 	// Recorder, when set, records the Events on objects left out.
 	Recorder record.EventRecorder
 	// DiscoveryInterval is how often a kind not served is looked for
@@ -54,9 +55,10 @@ type reportedVersion struct {
 	kind, version string
 }
 
-// NewWatcher returns a Watcher of kinds into set. It does no I/O.
-func NewWatcher(client dynamic.Interface, disc discovery.DiscoveryInterface, set *Set, kinds []Kind) *Watcher {
-	return &Watcher{client: client, discovery: disc, set: set, kinds: kinds, reported: map[types.UID]reportedVersion{}}
+// NewWatcher returns a Watcher of kinds into set, compiling CEL
+// expressions in env (nil: kwok's on the wall clock). It does no I/O.
+func NewWatcher(client dynamic.Interface, disc discovery.DiscoveryInterface, set *Set, kinds []Kind, env *CEL) *Watcher {
+	return &Watcher{client: client, discovery: disc, set: set, kinds: kinds, env: env, reported: map[types.UID]reportedVersion{}}
 }
 
 // Run watches every kind until ctx is done.
@@ -134,7 +136,7 @@ func (w *Watcher) sync(ctx context.Context, k Kind, objs []any) {
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
 				return nil, fmt.Errorf("%s %q: %w", k.Name, u.GetName(), err)
 			}
-			return Compile(obj)
+			return Compile(obj, w.env)
 		}()
 		if err != nil {
 			w.report(logger, k, u, err)

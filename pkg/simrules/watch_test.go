@@ -43,7 +43,7 @@ func TestWatcher(t *testing.T) {
 	clusterLogs, _ := KindNamed("ClusterLogs")
 	usage, _ := KindNamed("ResourceUsage")
 	good := object(t, `{apiVersion: kwok.x-k8s.io/v1alpha1, kind: Logs, metadata: {name: web, namespace: ns, uid: u1, resourceVersion: "1"}, spec: {logs: [{logsFile: /web.log}]}}`)
-	bad := object(t, `{apiVersion: kwok.x-k8s.io/v1alpha1, kind: ResourceUsage, metadata: {name: web, namespace: ns, uid: u2, resourceVersion: "1"}, spec: {usages: [{usage: {cpu: {expression: "1"}}}]}}`)
+	bad := object(t, `{apiVersion: kwok.x-k8s.io/v1alpha1, kind: ResourceUsage, metadata: {name: web, namespace: ns, uid: u2, resourceVersion: "1"}, spec: {usages: [{usage: {cpu: {expression: "Quantity("}}}]}}`)
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		logs.GroupVersionResource(): "LogsList", clusterLogs.GroupVersionResource(): "ClusterLogsList", usage.GroupVersionResource(): "ResourceUsageList",
 	}, bad)
@@ -53,12 +53,12 @@ func TestWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	disc := &fakediscovery.FakeDiscovery{Fake: &fake.NewClientset().Fake}
-	files, err := CompileAll(nil)
+	files, err := CompileAll(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	set := NewSet(files)
-	w := NewWatcher(client, disc, set, []Kind{logs, clusterLogs, usage})
+	w := NewWatcher(client, disc, set, []Kind{logs, clusterLogs, usage}, nil)
 	rec := record.NewFakeRecorder(10)
 	w.Recorder = rec
 	w.DiscoveryInterval = 10 * time.Millisecond

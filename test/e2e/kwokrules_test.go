@@ -173,23 +173,32 @@ kind: ResourceUsage
 metadata: {name: web}
 spec:
   usages:
-  - usage:
-      cpu: {value: 1500m}
-      memory: {value: 300Mi}
+  - usage: # kwok's usage-from-annotation
+      cpu:
+        expression: |
+          "kwok.x-k8s.io/usage-cpu" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["kwok.x-k8s.io/usage-cpu"])
+          : Quantity("1m")
+      memory:
+        expression: |
+          "kwok.x-k8s.io/usage-memory" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["kwok.x-k8s.io/usage-memory"])
+          : Quantity("1Mi")
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: ResourceUsage
-metadata: {name: cel}
+metadata: {name: syntax-error}
 spec:
   usages:
   - usage:
-      cpu: {expression: 'pod.spec.containers.size() * 0.1'}
+      cpu: {expression: 'pod.spec.containers.size() *'}
 `, logs, previous, node, ns, dir, target)))
 	t.Cleanup(func() { _, _ = kubectlErr("delete", "clusterexec", node, "--ignore-not-found") })
 	apply(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: web
+  annotations: {kwok.x-k8s.io/usage-cpu: 1500m}
 spec:
   nodeName: %s
   containers:
@@ -276,7 +285,8 @@ spec:
 	}
 	conn.Close()
 
-	// The ResourceUsage's figures, at /stats/summary and in kubectl top.
+	// The ResourceUsage's expressions' figures, at /stats/summary and in
+	// kubectl top: the annotation's cpu, kwok's default memory.
 	s, err := summaryOf(t, node)
 	if err != nil {
 		t.Fatal(err)
@@ -285,23 +295,24 @@ spec:
 	for _, p := range s.Pods {
 		if p.PodRef.Name == "web" && p.PodRef.Namespace == ns {
 			found = true
-			if p.CPU == nil || *p.CPU.UsageNanoCores != 15e8 || p.Memory == nil || *p.Memory.WorkingSetBytes != 300<<20 {
-				t.Errorf("summary of the pod: cpu %+v memory %+v; want the ResourceUsage's 1500m and 300Mi", p.CPU, p.Memory)
+			if p.CPU == nil || *p.CPU.UsageNanoCores != 15e8 || p.Memory == nil || *p.Memory.WorkingSetBytes != 1<<20 {
+				t.Errorf("summary of the pod: cpu %+v memory %+v; want the annotation's 1500m and the default 1Mi", p.CPU, p.Memory)
 			}
 		}
 	}
 	if !found {
 		t.Errorf("the pod not in the summary: %+v", s.Pods)
 	}
-	eventually(t, 40*time.Second, "kubectl top pod shows the ResourceUsage's figures", func() (bool, string) {
+	eventually(t, 40*time.Second, "kubectl top pod shows the expressions' figures", func() (bool, string) {
 		cpu, mem, err := topQuantities("pod", "-n", ns, "web")
-		return err == nil && cpu == 1500 && mem == 300<<20, fmt.Sprintf("cpu %dm memory %d: %v", cpu, mem, err)
+		return err == nil && cpu == 1500 && mem == 1<<20, fmt.Sprintf("cpu %dm memory %d: %v", cpu, mem, err)
 	})
 
-	// The ResourceUsage with a CEL expression: left out, with an Event.
+	// The ResourceUsage whose expression does not compile: left out,
+	// with an Event naming the field.
 	eventually(t, 30*time.Second, "a Warning Event on the bad ResourceUsage", func() (bool, string) {
-		out, _ := kubectlErr("get", "events", "-n", ns, "--field-selector", "reason=InvalidResourceUsage,involvedObject.name=cel", "-o", "jsonpath={.items[*].message}")
-		return strings.Contains(out, "CEL expressions are not supported"), out
+		out, _ := kubectlErr("get", "events", "-n", ns, "--field-selector", "reason=InvalidResourceUsage,involvedObject.name=syntax-error", "-o", "jsonpath={.items[*].message}")
+		return strings.Contains(out, "spec.usages[0].usage[cpu].expression") && strings.Contains(out, "Syntax error"), out
 	})
 
 	// The Stage deletes the pod once it is deleted.

@@ -15,25 +15,33 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/pkg/provider"
 	"github.com/nodelet/nodelet/pkg/simrules"
 )
 
-// withRules gives the provider the rules of a kwok YAML file.
-func withRules(t *testing.T, yaml string) func(*Options) {
+// withRules gives the provider the rules of a kwok YAML file, their
+// expressions on the provider's clock.
+func withRules(t testing.TB, yaml string) func(*Options) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kwok.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rules, err := simrules.Load(path)
-	if err != nil {
-		t.Fatal(err)
+	return func(o *Options) {
+		t.Helper()
+		env, err := simrules.NewCEL(o.Clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules, err := simrules.Load(env, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Rules = simrules.NewSet(rules)
 	}
-	set := simrules.NewSet(rules)
-	return func(o *Options) { o.Rules = set }
 }
 
 func criLine(msg string) string { return "2016-10-06T00:17:09.669794202Z stdout F " + msg + "\n" }
@@ -325,5 +333,118 @@ spec:
 		if got, want := [2]uint64{*s.CPU.UsageNanoCores, *s.Memory.WorkingSetBytes}, [2]uint64{want["app"][0] + side[0], want["app"][1] + side[1]}; got != want {
 			t.Errorf("pod %s uses %v, want its containers' sum %v", s.PodRef.Name, got, want)
 		}
+	}
+}
+
+// kwokUsageFromAnnotation is kwok's own usage config, as kwok v0.8.0
+// ships it (kustomize/metrics/usage/usage-from-annotation.yaml).
+const kwokUsageFromAnnotation = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterResourceUsage
+metadata:
+  name: usage-from-annotation
+spec:
+  usages:
+  - usage:
+      cpu:
+        expression: |
+          "kwok.x-k8s.io/usage-cpu" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["kwok.x-k8s.io/usage-cpu"])
+          : Quantity("1m")
+      memory:
+        expression: |
+          "kwok.x-k8s.io/usage-memory" in pod.metadata.annotations
+          ? Quantity(pod.metadata.annotations["kwok.x-k8s.io/usage-memory"])
+          : Quantity("1Mi")
+`
+
+// containerFigures is each container's cpu (nanocores) and memory, and
+// the pod's, by pod name.
+func containerFigures(t *testing.T, p *Provider) map[string]map[string][2]uint64 {
+	t.Helper()
+	stats, err := p.PodStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string][2]uint64{}
+	for _, s := range stats {
+		m := map[string][2]uint64{"pod": {*s.CPU.UsageNanoCores, *s.Memory.WorkingSetBytes}}
+		for _, c := range s.Containers {
+			m[c.Name] = [2]uint64{*c.CPU.UsageNanoCores, *c.Memory.WorkingSetBytes}
+		}
+		out[s.PodRef.Name] = m
+	}
+	return out
+}
+
+// kwok's usage-from-annotation, applied as it is: each container uses
+// the pod's annotations' figures, else 1m and 1Mi; the pod their sum.
+func TestKwokUsageExpressions(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := newTest(t, func(o *Options) {
+		halfOfRequests(o)
+		withRules(t, kwokUsageFromAnnotation)(o)
+	})
+	busy := testPod("busy", "200m", "100Mi")
+	busy.Annotations = map[string]string{"kwok.x-k8s.io/usage-cpu": "250m", "kwok.x-k8s.io/usage-memory": "300Mi"}
+	for _, pod := range []*corev1.Pod{busy, testPod("idle", "200m", "100Mi")} {
+		if err := p.CreatePod(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := containerFigures(t, p)
+	want := map[string]map[string][2]uint64{
+		"busy": {"app": {25e7, 300 << 20}, "side": {25e7, 300 << 20}, "pod": {5e8, 600 << 20}},
+		"idle": {"app": {1e6, 1 << 20}, "side": {1e6, 1 << 20}, "pod": {2e6, 2 << 20}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("figures %v\nwant %v", got, want)
+	}
+}
+
+// An expression that fails for a pod gives kwok's 0 for it, logged once,
+// and the other pods' figures as ever; the variable node is the node.
+func TestKwokUsageExpressionFails(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := newTest(t, func(o *Options) {
+		halfOfRequests(o)
+		withRules(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ResourceUsage
+metadata: {name: bad, namespace: ns}
+spec:
+  usages:
+  - usage:
+      cpu: {expression: 'Quantity(pod.metadata.annotations["absent"])'}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterResourceUsage
+metadata: {name: by-node}
+spec:
+  usages:
+  - containers: [app]
+    usage:
+      cpu: {expression: 'node.metadata.name == "sim-0" && node.status.capacity["cpu"] == Quantity("4") ? 0.5 : 0.0'}
+`)(o)
+	})
+	for _, name := range []string{"bad", "good"} {
+		if err := p.CreatePod(ctx, testPod(name, "200m", "100Mi")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		got := containerFigures(t, p)
+		// bad's app and side use 0 cpu (kwok's fallback) and their share
+		// of memory, which no entry names.
+		want := map[string]map[string][2]uint64{
+			"bad":  {"app": {0, 50 << 20}, "side": {0, 64 << 20}, "pod": {0, 114 << 20}},
+			"good": {"app": {5e8, 50 << 20}, "side": {5e7, 64 << 20}, "pod": {55e7, 114 << 20}},
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("figures %v\nwant %v", got, want)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.pods[key("ns", "bad")].usageFailed; r == nil || r.String() != "ResourceUsage ns/bad" {
+		t.Errorf("the failure recorded (logged once) is of %v", r)
 	}
 }

@@ -352,6 +352,9 @@ type simPod struct {
 	// meters keep the pod's cumulative CPU (first) and its containers',
 	// in spec order, once its usage was sampled.
 	meters []cpuMeter
+	// usageFailed is the kwok rule whose expression failed for the pod,
+	// last logged (usageFailedLocked).
+	usageFailed *simrules.Rule
 
 	// staged is set when stages play the pod's lifecycle (see stages.go).
 	staged bool

@@ -52,7 +52,7 @@ func (r *recorder) last() *corev1.Pod {
 	return r.pods[len(r.pods)-1]
 }
 
-func newTest(t *testing.T, mutate func(*Options)) (*Provider, *clocktesting.FakeClock, *recorder) {
+func newTest(t testing.TB, mutate func(*Options)) (*Provider, *clocktesting.FakeClock, *recorder) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	opts := Options{

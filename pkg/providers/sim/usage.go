@@ -9,9 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/pkg/provider"
+	"github.com/nodelet/nodelet/pkg/simrules"
 )
 
 var (
@@ -104,14 +106,21 @@ func (m *cpuMeter) advance(now time.Time, rate float64) uint64 {
 func (p *Provider) sampleTime() time.Time { return p.clock.Now().Truncate(time.Millisecond) }
 
 // PodStats samples the simulated usage of the running pods.
-func (p *Provider) PodStats(context.Context) ([]statsv1alpha1.PodStats, error) {
+func (p *Provider) PodStats(ctx context.Context) ([]statsv1alpha1.PodStats, error) {
 	now := p.sampleTime()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]statsv1alpha1.PodStats, 0, len(p.pods))
 	var cpu, mem float64
+	var node *corev1.Node // the node kwok's expressions see, made for the first
+	nodeView := func() *corev1.Node {
+		if node == nil {
+			node = p.nodeViewLocked()
+		}
+		return node
+	}
 	for _, st := range p.pods {
-		ps, ok := p.podStatsLocked(st, now)
+		ps, ok := p.podStatsLocked(ctx, st, now, nodeView)
 		if !ok {
 			continue
 		}
@@ -151,8 +160,19 @@ func (p *Provider) NodeStats(context.Context) (statsv1alpha1.NodeStats, error) {
 	return ns, nil
 }
 
+// nodeViewLocked is the node as kwok's expressions see it (the variable
+// node): its name and, once the API showed it (NodeChanged), its
+// metadata; its capacity and allocatable.
+func (p *Provider) nodeViewLocked() *corev1.Node {
+	n := &corev1.Node{ObjectMeta: p.node.meta}
+	n.Name = p.opts.NodeName
+	n.Status.Capacity, n.Status.Allocatable = p.opts.Capacity, p.opts.Capacity
+	return n
+}
+
 // podStatsLocked samples one pod; ok is false for a pod that does not run.
-func (p *Provider) podStatsLocked(st *simPod, now time.Time) (statsv1alpha1.PodStats, bool) {
+// node gives the node kwok's expressions see.
+func (p *Provider) podStatsLocked(ctx context.Context, st *simPod, now time.Time, node func() *corev1.Node) (statsv1alpha1.PodStats, bool) {
 	pod := st.pod
 	if pod.Status.Phase != corev1.PodRunning || st.finished {
 		return statsv1alpha1.PodStats{}, false
@@ -220,11 +240,19 @@ func (p *Provider) podStatsLocked(st *simPod, now time.Time) (statsv1alpha1.PodS
 		}
 		f := figures{cpu * share[0], mem * share[1]}
 		if u := rules.Usage(pod.Namespace, pod.Name, c.Name); u != nil {
-			if v, ok := u[string(corev1.ResourceCPU)]; ok {
-				f.cpu, overridden = v*1e9, true
-			}
-			if v, ok := u[string(corev1.ResourceMemory)]; ok {
-				f.mem, overridden = v, true
+			data := simrules.UsageData{Node: node(), Pod: pod, Container: c}
+			for _, r := range []struct {
+				name  corev1.ResourceName
+				scale float64
+				to    *float64
+			}{{corev1.ResourceCPU, 1e9, &f.cpu}, {corev1.ResourceMemory, 1, &f.mem}} {
+				v, ok, err := u.Resource(ctx, string(r.name), data)
+				if err != nil {
+					p.usageFailedLocked(ctx, st, u.Rule(), err)
+				}
+				if ok {
+					*r.to, overridden = v*r.scale, true
+				}
 			}
 		}
 		containers[i] = f
@@ -257,6 +285,17 @@ func (p *Provider) podStatsLocked(st *simPod, now time.Time) (statsv1alpha1.PodS
 		})
 	}
 	return ps, true
+}
+
+// usageFailedLocked logs that an expression of rule failed for the pod,
+// once per pod and rule (not at every sample); the figure is then kwok's
+// fallback, 0.
+func (p *Provider) usageFailedLocked(ctx context.Context, st *simPod, rule *simrules.Rule, err error) {
+	if st.usageFailed == rule {
+		return
+	}
+	st.usageFailed = rule
+	klog.FromContext(ctx).Error(err, "kwok's usage expression failed; the figure is 0 until it does not", "pod", klog.KObj(st.pod), "rule", rule.String())
 }
 
 func cpuStats(now time.Time, rate float64, total uint64) *statsv1alpha1.CPUStats {

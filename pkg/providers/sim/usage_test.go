@@ -208,3 +208,33 @@ func TestEvictAndPressureHooks(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPodStatsKwokExpressions is the cost of a sample of a pod of
+// two containers: by the model alone, and by kwok's usage-from-annotation
+// (two expressions a container).
+func BenchmarkPodStatsKwokExpressions(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		rules string
+	}{{"model", ""}, {"usage-from-annotation", kwokUsageFromAnnotation}} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, _, _ := newTest(b, func(o *Options) {
+				halfOfRequests(o)
+				if bc.rules != "" {
+					withRules(b, bc.rules)(o)
+				}
+			})
+			pod := testPod("web", "200m", "100Mi")
+			pod.Annotations = map[string]string{"kwok.x-k8s.io/usage-cpu": "250m"}
+			if err := p.CreatePod(context.Background(), pod); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if s, err := p.PodStats(context.Background()); err != nil || len(s) != 1 {
+					b.Fatal(s, err)
+				}
+			}
+		})
+	}
+}
