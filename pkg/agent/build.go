@@ -210,8 +210,9 @@ func (a *Agent) nodeController(p *parts, nodes []*managedNode) (*node.Controller
 		opts.Workers = node.WorkersFor(len(nodes))
 		if a.s.selector != nil {
 			// How many nodes will be taken over is not known: enough
-			// workers for a thousand.
+			// workers for a thousand to start with, more as more come.
 			opts.Workers = node.WorkersFor(max(len(nodes), 1000))
+			opts.GrowWorkers = true
 		}
 	}
 	if a.s.remote != nil {

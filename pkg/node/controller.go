@@ -73,6 +73,10 @@ type Options struct {
 	PingInterval time.Duration
 	// Workers is how many tasks run at once, across all nodes (default 8).
 	Workers int
+	// GrowWorkers makes Workers the least: as nodes are added, the
+	// workers grow to WorkersFor the nodes managed, and never shrink.
+	// For a controller whose nodes come after it starts (taken over).
+	GrowWorkers bool
 	// Clock is the time source (default the real clock).
 	Clock clock.WithTicker
 	// Conditions, when set, gives conditions that other parts of the agent
@@ -226,6 +230,12 @@ type Controller struct {
 	runCtx   context.Context
 	gen      uint64
 
+	// workers is how many workers run (guarded by mu); stopping, set by
+	// Run before it waits for them, stops more from starting.
+	workers  int
+	stopping bool
+	workerWG sync.WaitGroup
+
 	// useLeases is decided once by Run before the workers start.
 	useLeases bool
 	started   atomic.Bool
@@ -373,19 +383,40 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.start(nctx, n)
 	}
 
-	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() {
+	c.mu.Lock()
+	c.startWorkersLocked(ctx)
+	workers := c.workers
+	c.mu.Unlock()
+	logger.Info("Node controller started", "nodes", count, "workers", workers, "leases", c.useLeases)
+	<-ctx.Done()
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	c.queue.ShutDown()
+	c.workerWG.Wait()
+	logger.Info("Node controller stopped")
+	return nil
+}
+
+// startWorkersLocked starts workers up to Workers or, with GrowWorkers,
+// up to WorkersFor the nodes managed now if that is more.
+func (c *Controller) startWorkersLocked(ctx context.Context) {
+	want := c.opts.Workers
+	if c.opts.GrowWorkers {
+		want = max(want, WorkersFor(len(c.nodes)))
+	}
+	if c.stopping || c.workers >= want {
+		return
+	}
+	if c.workers > 0 {
+		klog.FromContext(ctx).V(2).Info("More node workers", "nodes", len(c.nodes), "workers", want)
+	}
+	for ; c.workers < want; c.workers++ {
+		c.workerWG.Go(func() {
 			for c.processNext(ctx) {
 			}
 		})
 	}
-	logger.Info("Node controller started", "nodes", count, "workers", c.opts.Workers, "leases", c.useLeases)
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-	logger.Info("Node controller stopped")
-	return nil
 }
 
 // leaseAPIServed asks the API server whether it serves

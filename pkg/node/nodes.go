@@ -42,6 +42,9 @@ func (c *Controller) Add(n Node) error {
 	var ctx context.Context
 	if c.runCtx != nil {
 		ctx = c.prepareLocked(state)
+		if c.workers > 0 { // Run has started its workers
+			c.startWorkersLocked(c.runCtx)
+		}
 	}
 	c.mu.Unlock()
 	if ctx != nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -199,6 +200,39 @@ func TestTakenOverNodeIsReachable(t *testing.T) {
 			}
 			if port := got.Status.DaemonEndpoints.KubeletEndpoint.Port; port != 10350 {
 				t.Errorf("kubelet endpoint port = %d, want the agent's 10350", port)
+			}
+		})
+	}
+}
+
+// With GrowWorkers, the workers grow with the nodes added at run time to
+// WorkersFor them (the Nodes an agent takes over come after it starts),
+// and a controller without it keeps its count.
+func TestWorkersGrowWithTheNodesAdded(t *testing.T) {
+	for _, grow := range []bool{true, false} {
+		t.Run(fmt.Sprintf("grow=%v", grow), func(t *testing.T) {
+			client := newFakeClient(true)
+			c, err := NewController(client, nil, Options{Workers: 8, GrowWorkers: grow, PingInterval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, c)
+			waitReady(t, c)
+			for i := range 100 {
+				if err := c.Add(Node{Template: template(fmt.Sprintf("n-%d", i)), Provider: &fakeProvider{}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			poll(t, "every node reported", c.AllReported)
+			c.mu.RLock()
+			workers := c.workers
+			c.mu.RUnlock()
+			want := 8
+			if grow {
+				want = WorkersFor(100)
+			}
+			if workers != want {
+				t.Errorf("%d workers for 100 nodes, want %d", workers, want)
 			}
 		})
 	}
