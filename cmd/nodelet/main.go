@@ -190,7 +190,7 @@ func newFlagSet(o *options, cfg *config.Config) *pflag.FlagSet {
 	fs.StringVar(&cfg.ContentType, "kube-api-content-type", cfg.ContentType, "content type of requests to the API server: application/vnd.kubernetes.protobuf or application/json")
 	fs.DurationVar(&cfg.Sim.StartDelay.Duration, "sim-start-delay", cfg.Sim.StartDelay.Duration, "sim provider: how long a pod stays Pending")
 	fs.DurationVar(&cfg.Sim.DeleteDelay.Duration, "sim-delete-delay", cfg.Sim.DeleteDelay.Duration, "sim provider: how long a deleted pod takes to terminate")
-	fs.StringSliceVar(&cfg.Sim.EnableCRDs, "enable-crds", cfg.Sim.EnableCRDs, "sim provider: kwok's CRDs whose objects in the cluster are followed (kwok's flag): Stage, Logs, ClusterLogs, Exec, ClusterExec, PortForward, ClusterPortForward, ResourceUsage, ClusterResourceUsage, comma-separated")
+	fs.StringSliceVar(&cfg.Sim.EnableCRDs, "enable-crds", cfg.Sim.EnableCRDs, "sim provider: kwok's CRDs whose objects in the cluster are followed (kwok's flag): Stage, Logs, ClusterLogs, Exec, ClusterExec, Attach, ClusterAttach, PortForward, ClusterPortForward, ResourceUsage, ClusterResourceUsage, comma-separated")
 	fs.StringSliceVar(&cfg.Sim.Stages, "sim-stages", cfg.Sim.Stages, "sim provider: files or directories of kwok Stage objects (kwok.x-k8s.io/v1alpha1; a kwok --config file works) that play the pods' lifecycles, and of its Logs, Exec, PortForward, ResourceUsage objects (and Cluster kinds), comma-separated")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)

@@ -446,8 +446,9 @@ type SimConfig struct {
 	Stages []string `json:"stages,omitempty"`
 	// EnableCRDs names kwok's CRDs whose objects in the cluster the sim
 	// provider follows, as kwok's --enable-crds: "Stage", and "Logs",
-	// "ClusterLogs", "Exec", "ClusterExec", "PortForward",
-	// "ClusterPortForward", "ResourceUsage", "ClusterResourceUsage", whose
+	// "ClusterLogs", "Exec", "ClusterExec", "Attach", "ClusterAttach",
+	// "PortForward", "ClusterPortForward", "ResourceUsage",
+	// "ClusterResourceUsage", whose
 	// objects are followed live beside those of the stages' files. With
 	// Stage, the Stage objects of the cluster (stages.kwok.x-k8s.io) are
 	// watched and played after those of stages, live: a pod created while

@@ -206,7 +206,7 @@ func TestValidateSimStages(t *testing.T) {
 			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{bad, `stage "broken"`, "spec.selector.matchExpressions[0]"}},
 		{name: "missing and empty", sim: func(s *SimConfig) { s.Stages = []string{"/no/such/stages", ""} },
 			wantErr: []string{"sim.stages[0]", "sim.stages[1]"}},
-		{name: "enableCRDs", sim: func(s *SimConfig) { s.EnableCRDs = []string{"Stage", "Logs", "Attach", "ClusterResourceUsage"} },
+		{name: "enableCRDs", sim: func(s *SimConfig) { s.EnableCRDs = []string{"Stage", "Logs", "Metric", "ClusterResourceUsage"} },
 			wantErr: []string{"sim.enableCRDs[2]"}},
 		{name: "bad kwok object beside the stages", sim: func(s *SimConfig) { s.Stages = []string{kwokFast, badRule} },
 			wantErr: []string{"sim.stages[1]"}, wantMsg: []string{badRule, "ResourceUsage default/web", "spec.usages[0].usage[cpu].expression", "failed to compile metric expression"}},

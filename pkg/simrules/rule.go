@@ -1,7 +1,8 @@
 // Package simrules holds kwok's rules for what a simulated pod does besides
 // its lifecycle: the usage it reports (ResourceUsage, ClusterResourceUsage),
-// the logs it shows (Logs, ClusterLogs), what exec runs (Exec, ClusterExec)
-// and where port-forward goes (PortForward, ClusterPortForward). They are
+// the logs it shows (Logs, ClusterLogs), what exec runs (Exec, ClusterExec),
+// what attach follows (Attach, ClusterAttach) and where port-forward goes
+// (PortForward, ClusterPortForward). They are
 // kwok's own objects (kwok.x-k8s.io/v1alpha1), read from files or watched
 // in the cluster, checked, and looked up for a pod and a container as kwok
 // looks them up. The CEL expressions of usage are compiled, in kwok's
@@ -33,6 +34,7 @@ const (
 	whatLogs what = iota
 	whatExec
 	whatForward
+	whatAttach
 	whatUsage
 )
 
@@ -56,6 +58,8 @@ var Kinds = []Kind{
 	{Name: kwokv1alpha1.ClusterExecKind, Resource: "clusterexecs", Cluster: true, what: whatExec, new: func() runtime.Object { return &kwokv1alpha1.ClusterExec{} }},
 	{Name: kwokv1alpha1.PortForwardKind, Resource: "portforwards", what: whatForward, new: func() runtime.Object { return &kwokv1alpha1.PortForward{} }},
 	{Name: kwokv1alpha1.ClusterPortForwardKind, Resource: "clusterportforwards", Cluster: true, what: whatForward, new: func() runtime.Object { return &kwokv1alpha1.ClusterPortForward{} }},
+	{Name: kwokv1alpha1.AttachKind, Resource: "attaches", what: whatAttach, new: func() runtime.Object { return &kwokv1alpha1.Attach{} }},
+	{Name: kwokv1alpha1.ClusterAttachKind, Resource: "clusterattaches", Cluster: true, what: whatAttach, new: func() runtime.Object { return &kwokv1alpha1.ClusterAttach{} }},
 	{Name: kwokv1alpha1.ResourceUsageKind, Resource: "resourceusages", what: whatUsage, new: func() runtime.Object { return &kwokv1alpha1.ResourceUsage{} }},
 	{Name: kwokv1alpha1.ClusterResourceUsageKind, Resource: "clusterresourceusages", Cluster: true, what: whatUsage, new: func() runtime.Object { return &kwokv1alpha1.ClusterResourceUsage{} }},
 }
@@ -85,6 +89,7 @@ type Rule struct {
 	logs     []kwokv1alpha1.Log
 	execs    []kwokv1alpha1.ExecTarget
 	forwards []kwokv1alpha1.Forward
+	attaches []kwokv1alpha1.AttachConfig
 	usages   []ContainerUsage
 }
 
@@ -152,6 +157,12 @@ func Compile(obj runtime.Object, env *CEL) (*Rule, error) {
 	case *kwokv1alpha1.ClusterPortForward:
 		kindName = kwokv1alpha1.ClusterPortForwardKind
 		meta, r.forwards, r.selector = o.ObjectMeta, o.Spec.Forwards, o.Spec.Selector
+	case *kwokv1alpha1.Attach:
+		kindName = kwokv1alpha1.AttachKind
+		meta, r.attaches = o.ObjectMeta, o.Spec.Attaches
+	case *kwokv1alpha1.ClusterAttach:
+		kindName = kwokv1alpha1.ClusterAttachKind
+		meta, r.attaches, r.selector = o.ObjectMeta, o.Spec.Attaches, o.Spec.Selector
 	case *kwokv1alpha1.ResourceUsage:
 		kindName = kwokv1alpha1.ResourceUsageKind
 		meta, usages = o.ObjectMeta, o.Spec.Usages
@@ -159,7 +170,7 @@ func Compile(obj runtime.Object, env *CEL) (*Rule, error) {
 		kindName = kwokv1alpha1.ClusterResourceUsageKind
 		meta, usages, r.selector = o.ObjectMeta, o.Spec.Usages, o.Spec.Selector
 	default:
-		return nil, fmt.Errorf("%T: not one of kwok's kinds for pods' usage, logs, exec or port-forward", obj)
+		return nil, fmt.Errorf("%T: not one of kwok's kinds for pods' usage, logs, exec, attach or port-forward", obj)
 	}
 	kind, _ := KindNamed(kindName)
 	r.Kind, r.Namespace, r.Name = kind, meta.Namespace, meta.Name
@@ -198,6 +209,11 @@ func Compile(obj runtime.Object, env *CEL) (*Rule, error) {
 					errs = append(errs, field.Invalid(p.Child("local", "securityContext", id.name), *id.v, "must be a user or group ID"))
 				}
 			}
+		}
+	}
+	for i, a := range r.attaches {
+		if a.LogsFile == nil || *a.LogsFile == "" {
+			errs = append(errs, field.Required(spec.Child("attaches").Index(i).Child("logsFile"), "the file kubectl attach follows"))
 		}
 	}
 	for i, f := range r.forwards {

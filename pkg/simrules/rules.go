@@ -112,6 +112,17 @@ func (rs *Rules) Exec(namespace, pod, container string) (*kwokv1alpha1.ExecTarge
 	return &r.execs[i], nil
 }
 
+// Attach is the attach entry for a container, with errors as Log's.
+func (rs *Rules) Attach(namespace, pod, container string) (*kwokv1alpha1.AttachConfig, error) {
+	r, i, err := rs.lookup(whatAttach, namespace, pod, func(r *Rule) int {
+		return pick(r.attaches, func(a kwokv1alpha1.AttachConfig) []string { return a.Containers }, container)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach to container %q: %w", container, err)
+	}
+	return &r.attaches[i], nil
+}
+
 // Forward is the forward entry for a port of the pod, with errors as
 // Log's.
 func (rs *Rules) Forward(namespace, pod string, port int32) (*kwokv1alpha1.Forward, error) {

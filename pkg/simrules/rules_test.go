@@ -72,6 +72,15 @@ spec:
   - command: [nc, 127.0.0.1, "9000"]
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Attach
+metadata: {name: web, namespace: shop}
+spec:
+  attaches:
+  - containers: [sidecar]
+    logsFile: /logs/sidecar-attach.log
+  - logsFile: /logs/web-attach.log
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
 kind: ResourceUsage
 metadata: {name: web, namespace: shop}
 spec:
@@ -155,6 +164,15 @@ func TestLookup(t *testing.T) {
 		t.Errorf("Forward 9999 = %+v, %v, want the command of the entry without ports", f, err)
 	}
 
+	for container, want := range map[string]string{"sidecar": "/logs/sidecar-attach.log", "web": "/logs/web-attach.log"} {
+		if a, err := rs.Attach("shop", "web", container); err != nil || *a.LogsFile != want {
+			t.Errorf("Attach of shop/web %s = %+v, %v, want %s", container, a, err, want)
+		}
+	}
+	if _, err := rs.Attach("shop", "db", "db"); !errors.Is(err, ErrNoRule) {
+		t.Errorf("Attach of shop/db: %v, want ErrNoRule", err)
+	}
+
 	if cpu, mem := figures(t, rs, "shop", "web", "web", UsageData{}); cpu != 0.25 || mem != 100*1024*1024 {
 		t.Errorf("usage of shop/web web = %v, %v", cpu, mem)
 	}
@@ -203,6 +221,13 @@ spec:
   execs:
   - containers: [a]
 ---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterAttach
+metadata: {name: nofile}
+spec:
+  attaches:
+  - containers: [a]
+---
 apiVersion: kwok.x-k8s.io/v1
 kind: Exec
 metadata: {name: version}
@@ -237,6 +262,7 @@ spec:
 		"ClusterPortForward nowhere: [spec.forwards[0].ports[0]: Invalid value: 0",
 		"spec.forwards[0].target: Required value",
 		"Exec default/remote: spec.execs[0].local: Required value",
+		"ClusterAttach nofile: spec.attaches[0].logsFile: Required value",
 		`Exec "version": apiVersion "kwok.x-k8s.io/v1" is not kwok.x-k8s.io/v1alpha1`,
 		`ClusterExec "typo": error unmarshaling JSON: while decoding JSON: json: unknown field "exec"`,
 	} {

@@ -61,7 +61,7 @@ func criLines(lines ...string) string {
 // they say; a bad object gets an Event; and a Stage from the cluster
 // plays the pod.
 func TestKwokRulesFromTheCluster(t *testing.T) {
-	kwokCRDs(t, "stages", "logs", "clusterlogs", "execs", "clusterexecs", "portforwards", "clusterportforwards", "resourceusages", "clusterresourceusages")
+	kwokCRDs(t, "stages", "logs", "clusterlogs", "execs", "clusterexecs", "attaches", "portforwards", "clusterportforwards", "resourceusages", "clusterresourceusages")
 	ca := filepath.Join(filepath.Dir(kubeconfig), "pki", "ca.crt")
 	if _, err := os.Stat(ca); err != nil {
 		t.Skipf("no cluster CA next to the kubeconfig (%v): the API server's kubelet client certificate cannot be verified", err)
@@ -97,7 +97,7 @@ func TestKwokRulesFromTheCluster(t *testing.T) {
 	target := l.Addr().(*net.TCPAddr).Port
 
 	a := startNodelet(t, node, "--enable-server", "--port", strconv.Itoa(fault.FreePort(t)), "--client-ca-file", ca, "--address", hostIP(t),
-		"--enable-crds", "Stage,Logs,ClusterExec,PortForward,ResourceUsage", "--v=2")
+		"--enable-crds", "Stage,Logs,ClusterExec,Attach,PortForward,ResourceUsage", "--v=2")
 	ns := newNamespace(t)
 	waitReady(t, node, 60*time.Second)
 
@@ -159,6 +159,14 @@ spec:
   - local:
       workDir: %[5]s
       envs: [{name: GREETING, value: hello}]
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Attach
+metadata: {name: web}
+spec:
+  attaches:
+  - containers: [app]
+    logsFile: %[1]s
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: PortForward
@@ -248,6 +256,52 @@ spec:
 	}
 	cancel()
 	_ = follow.Wait()
+
+	// kubectl attach: the Attach's file from its end, as it grows.
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	attach := exec.CommandContext(ctx, filepath.Join(root, "bin/controlplane"), "kubectl", "--kubeconfig", kubeconfig, "attach", "-n", ns, "web", "-c", "app")
+	attached, err := attach.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 100)
+	go func() {
+		r := bufio.NewReader(attached)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- l
+		}
+	}()
+	// The attach follows once the agent has it: append until a line comes.
+	var attachedFirst string
+	for attachedFirst == "" && ctx.Err() == nil {
+		f, err := os.OpenFile(logs, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteString(criLines("attached"))
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case attachedFirst = <-got:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if attachedFirst != "attached\n" {
+		t.Errorf("kubectl attach printed %q first, want a line appended after it attached (not the file's earlier lines)", attachedFirst)
+	}
+	cancel()
+	_ = attach.Wait()
 
 	// kubectl exec: the command runs on the agent's host as the
 	// ClusterExec says.

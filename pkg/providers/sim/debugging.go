@@ -26,13 +26,15 @@ var (
 	_ provider.LogsProvider        = (*Provider)(nil)
 	_ provider.ExecProvider        = (*Provider)(nil)
 	_ provider.PortForwardProvider = (*Provider)(nil)
+	_ provider.AttachProvider      = (*Provider)(nil)
 )
 
-// With Options.Rules, a simulated pod shows logs, runs exec and forwards
-// ports as kwok's Logs, Exec and PortForward objects (and their Cluster
-// kinds) say, as kwok's own server does: the logs are files on the
-// agent's host in the CRI log format, exec runs the command on the
-// agent's host, port-forward dials an address or runs a command. A pod
+// With Options.Rules, a simulated pod shows logs, runs exec, attaches and
+// forwards ports as kwok's Logs, Exec, Attach and PortForward objects
+// (and their Cluster kinds) say, as kwok's own server does: the logs are
+// files on the agent's host in the CRI log format, exec runs the command
+// on the agent's host, attach follows a file, port-forward dials an
+// address or runs a command. A pod
 // that no object is for answers provider.ErrNotSupported, as a provider
 // without these capabilities. The kubelet API server authorizes every
 // request before it comes here.
@@ -148,6 +150,37 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, name, contai
 		pw.CloseWithError(err)
 	}()
 	return readCloser{Reader: pr, close: func() error { cancel(); return pr.Close() }}, nil
+}
+
+// AttachToContainer follows the container's attach file (kwok's Attach
+// entry) from its end, as kwok does: what is appended to it while the
+// container runs goes to the session's output, until the container
+// stops or the session ends. Input and a terminal are accepted and
+// unused: there is no process to read them.
+func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, container string, attach provider.AttachIO) error {
+	if err := p.checkContainer(namespace, name, container); err != nil {
+		return err
+	}
+	a, err := p.rules().Attach(namespace, name, container)
+	if err != nil {
+		return ruleError(err)
+	}
+	if _, err := os.Stat(*a.LogsFile); err != nil {
+		return fmt.Errorf("attach to container %q: %w", container, err)
+	}
+	stdout, stderr := attach.Stdout(), attach.Stderr()
+	if stdout == nil {
+		stdout = nopWriteCloser{io.Discard}
+	}
+	if stderr == nil || attach.TTY() { // one stream on a terminal
+		stderr = stdout
+	}
+	status := containerStatus{running: func() bool { return p.containerRunning(namespace, name, container) }}
+	err = logs.ReadLogs(ctx, *a.LogsFile, "", &logs.LogOptions{TailLines: ptr(int64(0)), Follow: true}, status, stdout, stderr)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 type readCloser struct {

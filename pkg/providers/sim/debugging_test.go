@@ -211,6 +211,105 @@ spec:
 	}
 }
 
+// kubectl attach follows the Attach's file from its end, standard output
+// and error apart, until the container stops.
+func TestAttach(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "attach.log")
+	if err := os.WriteFile(file, []byte(criLine("before")+criLine("the attach")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := newTest(t, withRules(t, fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterAttach
+metadata: {name: all}
+spec:
+  selector: {matchNames: [web]}
+  attaches:
+  - logsFile: %s
+`, file)))
+	for _, name := range []string{"web", "other"} {
+		if err := p.CreatePod(ctx, testPod(name, "", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.AttachToContainer(ctx, "ns", "other", "app", &attachIO{}); !errors.Is(err, provider.ErrNotSupported) {
+		t.Errorf("attach to a pod no Attach is for: %v, want ErrNotSupported", err)
+	}
+	if err := p.AttachToContainer(ctx, "ns", "web", "nope", &attachIO{}); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("attach to an unknown container: %v, want ErrNotFound", err)
+	}
+
+	outR, outW := io.Pipe()
+	var errOut bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- p.AttachToContainer(ctx, "ns", "web", "app", &attachIO{stdout: outW, stderr: nopCloser{&errOut}})
+		outW.Close()
+	}()
+	lines := make(chan string)
+	go func() {
+		r := bufio.NewReader(outR)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- l
+		}
+	}()
+	appendLine := func(line string) {
+		t.Helper()
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Once the attach follows, a line appended comes; the lines that were
+	// there before never do.
+	deadline := time.Now().Add(10 * time.Second)
+	var first string
+	for first == "" && time.Now().Before(deadline) {
+		appendLine(criLine("ping"))
+		select {
+		case first = <-lines:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if first != "ping\n" {
+		t.Fatalf("first line attached %q, want a line appended after the attach", first)
+	}
+	appendLine("2016-10-06T00:17:10.000000000Z stderr F oops\n" + criLine("after"))
+	for l := range lines {
+		if l == "after\n" {
+			break
+		}
+		if l != "ping\n" {
+			t.Fatalf("attached %q, want the lines appended", l)
+		}
+	}
+	del := testPod("web", "", "")
+	del.DeletionTimestamp = ptr(metav1.Now())
+	if err := p.DeletePod(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("attach ended with %v once the container stopped", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("attach still following 30s after the pod was deleted")
+	}
+	if errOut.String() != "oops\n" {
+		t.Errorf("stderr attached %q, want oops", errOut.String())
+	}
+}
+
 func TestPortForward(t *testing.T) {
 	if _, err := exec.LookPath("cat"); err != nil {
 		t.Skip("no cat")
