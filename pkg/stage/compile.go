@@ -33,7 +33,7 @@ type Stage struct {
 	exprs                         []requirement
 
 	weight     int64
-	weightFrom *gojq.Code
+	weightFrom *valueFrom
 
 	delay *delay
 	steps []step
@@ -42,18 +42,25 @@ type Stage struct {
 }
 
 // requirement is one matchExpression: a jq query over the object and an
-// operator on its results.
+// operator on its results, or a CEL expression.
 type requirement struct {
 	query    *gojq.Code
 	operator kwokv1alpha1.SelectorOperator
 	values   []string
+	cel      *celExpr
+}
+
+// valueFrom is an ExpressionFrom: a jq query or a CEL expression.
+type valueFrom struct {
+	jq  *gojq.Code
+	cel *celExpr
 }
 
 // delay is spec.delay: a duration and an upper bound for the jitter, each
 // fixed and/or read from the object.
 type delay struct {
 	duration, jitter         *time.Duration
-	durationFrom, jitterFrom *gojq.Code
+	durationFrom, jitterFrom *valueFrom
 	hasJitter                bool
 }
 
@@ -95,6 +102,7 @@ func Compile(in *kwokv1alpha1.Stage) (*Stage, error) {
 		ref:    spec.ResourceRef,
 		weight: int64(spec.Weight),
 	}
+	ref := refKind{apiGroup: spec.ResourceRef.APIGroup, kind: spec.ResourceRef.Kind}
 	var errs []error
 	fail := func(field string, err error) {
 		errs = append(errs, fmt.Errorf("%s: %w", field, err))
@@ -118,7 +126,7 @@ func Compile(in *kwokv1alpha1.Stage) (*Stage, error) {
 	}
 	for i, e := range sel.MatchExpressions {
 		field := fmt.Sprintf("spec.selector.matchExpressions[%d]", i)
-		r, err := compileRequirement(e)
+		r, err := compileRequirement(ref, e)
 		if err != nil {
 			fail(field, err)
 			continue
@@ -130,7 +138,7 @@ func Compile(in *kwokv1alpha1.Stage) (*Stage, error) {
 		fail("spec.weight", fmt.Errorf("%d must not be negative", spec.Weight))
 	}
 	if spec.WeightFrom != nil {
-		q, err := compileFrom(spec.WeightFrom)
+		q, err := compileFrom(ref, spec.WeightFrom)
 		if err != nil {
 			fail("spec.weightFrom", err)
 		}
@@ -152,14 +160,14 @@ func Compile(in *kwokv1alpha1.Stage) (*Stage, error) {
 			s.delay.jitter = ptr(time.Duration(*d.JitterDurationMilliseconds) * time.Millisecond)
 		}
 		if d.DurationFrom != nil {
-			q, err := compileFrom(d.DurationFrom)
+			q, err := compileFrom(ref, d.DurationFrom)
 			if err != nil {
 				fail("spec.delay.durationFrom", err)
 			}
 			s.delay.durationFrom = q
 		}
 		if d.JitterDurationFrom != nil {
-			q, err := compileFrom(d.JitterDurationFrom)
+			q, err := compileFrom(ref, d.JitterDurationFrom)
 			if err != nil {
 				fail("spec.delay.jitterDurationFrom", err)
 			}
@@ -276,11 +284,15 @@ func compileStep(in kwokv1alpha1.StageStep, field string) (step, error) {
 	return out, nil
 }
 
-func compileRequirement(e kwokv1alpha1.MatchExpression) (requirement, error) {
+func compileRequirement(ref refKind, e kwokv1alpha1.MatchExpression) (requirement, error) {
 	key, op, values := e.Key, e.Operator, e.Values
 	switch {
 	case e.CEL != nil:
-		return requirement{}, errors.New("cel: CEL expressions are not supported")
+		c, err := compileCEL(ref, e.CEL.Expression)
+		if err != nil {
+			return requirement{}, fmt.Errorf("cel: %w", err)
+		}
+		return requirement{cel: c}, nil
 	case e.JQ != nil:
 		key, op, values = e.JQ.Key, e.JQ.Operator, e.JQ.Values
 	}
@@ -306,13 +318,17 @@ func compileRequirement(e kwokv1alpha1.MatchExpression) (requirement, error) {
 	return requirement{query: q, operator: op, values: values}, nil
 }
 
-// compileFrom compiles the jq expression of an ExpressionFrom (its jq
-// form or its older expressionFrom string).
-func compileFrom(e *kwokv1alpha1.ExpressionFrom) (*gojq.Code, error) {
+// compileFrom compiles an ExpressionFrom: its CEL expression, or its jq
+// one (its jq form or its older expressionFrom string).
+func compileFrom(ref refKind, e *kwokv1alpha1.ExpressionFrom) (*valueFrom, error) {
 	expr := e.ExpressionFrom
 	switch {
 	case e.CEL != nil:
-		return nil, errors.New("cel: CEL expressions are not supported")
+		c, err := compileCEL(ref, e.CEL.Expression)
+		if err != nil {
+			return nil, fmt.Errorf("cel: %w", err)
+		}
+		return &valueFrom{cel: c}, nil
 	case e.JQ != nil:
 		expr = e.JQ.Expression
 	}
@@ -323,7 +339,7 @@ func compileFrom(e *kwokv1alpha1.ExpressionFrom) (*gojq.Code, error) {
 	if err != nil {
 		return nil, fmt.Errorf("expression %q: %w", expr, err)
 	}
-	return q, nil
+	return &valueFrom{jq: q}, nil
 }
 
 func compileQuery(src string) (*gojq.Code, error) {

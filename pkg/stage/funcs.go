@@ -8,6 +8,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/Masterminds/sprig/v3"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -32,18 +33,22 @@ type Env struct {
 
 // The functions of kwok's templates, besides text/template's own: its
 // own (Quote, YAML, Now, StartTime, Version, NodeConditions and those
-// of the node and pod), and the few of sprig's that its published stages
-// use (dict, list, default). Those of Env are bound at each render; the
-// stubs here let templates parse.
+// of the node and pod), over sprig's (github.com/Masterminds/sprig, as
+// kwok takes them) less those that read the agent's environment or
+// resolve names (env, expandenv, getHostByName): Stages from the cluster
+// are anyone's. Those of Env are bound at each render; the stubs here
+// let templates parse.
 var (
-	staticFuncs = template.FuncMap{
-		"Quote":          quote,
-		"YAML":           toYAML,
-		"NodeConditions": func() any { return nodeConditions },
-		"dict":           dict,
-		"list":           func(v ...any) []any { return v },
-		"default":        orDefault,
-	}
+	staticFuncs = func() template.FuncMap {
+		m := sprig.TxtFuncMap()
+		for _, name := range []string{"env", "expandenv", "getHostByName"} {
+			delete(m, name)
+		}
+		m["Quote"] = quote
+		m["YAML"] = toYAML
+		m["NodeConditions"] = func() any { return nodeConditions }
+		return m
+	}()
 	envFuncNames = []string{
 		"Now", "StartTime", "Version", "NodeName", "NodePort", "NodeIP",
 		"NodeIPWith", "NodeIPsWith", "PodIP", "PodIPWith", "PodIPsWith",
@@ -117,43 +122,6 @@ func toYAML(v any, indent ...int) (string, error) {
 		s = strings.ReplaceAll("\n"+s, "\n", "\n"+pad)
 	}
 	return s, nil
-}
-
-func dict(kv ...any) map[string]any {
-	out := make(map[string]any, len(kv)/2)
-	for i := 0; i+1 < len(kv); i += 2 {
-		out[fmt.Sprint(kv[i])] = kv[i+1]
-	}
-	if len(kv)%2 == 1 {
-		out[fmt.Sprint(kv[len(kv)-1])] = ""
-	}
-	return out
-}
-
-// orDefault is sprig's default: given unless it is empty.
-func orDefault(def any, given ...any) any {
-	if len(given) == 0 || given[0] == nil {
-		return def
-	}
-	switch v := given[0].(type) {
-	case string:
-		if v == "" {
-			return def
-		}
-	case bool:
-		if !v {
-			return def
-		}
-	case []any:
-		if len(v) == 0 {
-			return def
-		}
-	case map[string]any:
-		if len(v) == 0 {
-			return def
-		}
-	}
-	return given[0]
 }
 
 // nodeConditions are the conditions of a healthy node, as kwok's

@@ -8,11 +8,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/itchyny/gojq"
 	"k8s.io/apimachinery/pkg/labels"
 	kwokv1alpha1 "sigs.k8s.io/kwok/pkg/apis/v1alpha1"
+	kwokcel "sigs.k8s.io/kwok/pkg/utils/cel"
 )
 
 // Object is an object as stages see it: its JSON form (numbers kept as
@@ -21,6 +23,11 @@ type Object struct {
 	data                map[string]any
 	labels, annotations labels.Set
 	finalizers          []string
+
+	// typed is data decoded to its API type, for CEL (celSelf).
+	typedOnce sync.Once
+	typed     any
+	typedErr  error
 }
 
 // NewObject is v (a typed object, a map, or JSON bytes) as stages see it.
@@ -189,6 +196,16 @@ func (s *Stage) Matches(obj *Object) bool {
 }
 
 func (r *requirement) matches(obj *Object) bool {
+	if r.cel != nil {
+		// As in kwok, an expression that fails on the object, or gives
+		// no bool, does not match it.
+		v, err := r.cel.eval(obj)
+		if err != nil {
+			return false
+		}
+		ok, err := kwokcel.AsBool(v)
+		return err == nil && ok
+	}
 	got := query(r.query, obj)
 	switch r.operator {
 	case kwokv1alpha1.SelectorOpIn:
@@ -259,7 +276,15 @@ func (s *Stage) Weight(obj *Object) (w int64, ok bool) {
 	if s.weightFrom == nil {
 		return s.weight, true
 	}
-	got := query(s.weightFrom, obj)
+	if c := s.weightFrom.cel; c != nil {
+		v, err := c.eval(obj)
+		if err != nil {
+			return s.weight, false
+		}
+		n, err := kwokcel.AsInt64(v)
+		return n, err == nil
+	}
+	got := query(s.weightFrom.jq, obj)
 	if len(got) == 0 {
 		return s.weight, true
 	}
@@ -326,9 +351,19 @@ func (s *Stage) delayBounds(obj *Object, now time.Time) ([]time.Duration, bool) 
 	return []time.Duration{d, j}, true
 }
 
-func durationOf(value *time.Duration, from *gojq.Code, obj *Object, now time.Time) (time.Duration, bool) {
+func durationOf(value *time.Duration, from *valueFrom, obj *Object, now time.Time) (time.Duration, bool) {
+	if from != nil && from.cel != nil {
+		// kwok's CEL durations: a duration, a number of nanoseconds or
+		// a Go duration string; a failure is no delay.
+		v, err := from.cel.eval(obj)
+		if err != nil {
+			return 0, false
+		}
+		d, err := kwokcel.AsDuration(v)
+		return d, err == nil
+	}
 	if from != nil {
-		if got := query(from, obj); len(got) > 0 {
+		if got := query(from.jq, obj); len(got) > 0 {
 			if t, ok := got[0].(string); ok {
 				if t == "" {
 					return 0, false

@@ -256,9 +256,14 @@ func TestCompileErrors(t *testing.T) {
 		spec: `selector: {matchExpressions: [{key: '.status.phase', operator: In}]}`,
 		want: []string{"spec.selector.matchExpressions[0]", "values: must not be empty"},
 	}, {
-		name: "cel",
-		spec: `selector: {matchExpressions: [{cel: {expression: 'true'}}]}`,
-		want: []string{"spec.selector.matchExpressions[0]", "CEL"},
+		name: "cel that does not compile",
+		spec: `selector: {matchExpressions: [{cel: {expression: 'self.status.phase =='}}]}`,
+		want: []string{"spec.selector.matchExpressions[0]", "cel: expression", "Syntax error"},
+	}, {
+		name: "cel on a field a Pod does not have",
+		spec: `selector: {}
+  weightFrom: {cel: {expression: 'self.spec.noSuchField'}}`,
+		want: []string{"spec.weightFrom", "cel: expression"},
 	}, {
 		name: "bad label",
 		spec: `selector: {matchLabels: {"a b": x}}`,
@@ -283,6 +288,11 @@ func TestCompileErrors(t *testing.T) {
 		spec: `selector: {}
   next: {statusTemplate: '{{ Nope }}'}`,
 		want: []string{"statusTemplate", `"Nope" not defined`},
+	}, {
+		name: "sprig's env is left out",
+		spec: `selector: {}
+  next: {statusTemplate: 'message: {{ env "HOME" }}'}`,
+		want: []string{"statusTemplate", `"env" not defined`},
 	}, {
 		name: "bad event type",
 		spec: `selector: {}
@@ -465,6 +475,85 @@ spec:
 	}
 }
 
+// CEL in a selector, weightFrom and delay, as kwok evaluates it: self
+// is the Pod as the API types it (an absent field its zero value), with
+// kwok's functions.
+func TestCELExpressions(t *testing.T) {
+	s := mustStage(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: cel}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - cel: {expression: 'self.status.phase == "Pending" && self.status.podIP == "" && self.metadata.name.startsWith("web")'}
+    - cel: {expression: '"tier" in self.metadata.annotations ? self.metadata.annotations["tier"] == "front" : true'}
+  weightFrom:
+    cel: {expression: 'size(self.spec.containers) * 2'}
+  delay:
+    durationFrom:
+      cel: {expression: 'duration("3s")'}
+    jitterDurationFrom:
+      cel: {expression: '"cpu" in self.spec.containers[0].resources.requests ? duration("10s") : duration("5s")'}
+`)
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"matches", testPod(func(p *corev1.Pod) { p.Name = "web-0" }), true},
+		{"other name", testPod(func(p *corev1.Pod) { p.Name = "db-0" }), false},
+		{"running", testPod(func(p *corev1.Pod) { p.Name = "web-0"; p.Status.Phase = corev1.PodRunning }), false},
+		{"with an IP", testPod(func(p *corev1.Pod) { p.Name = "web-0"; p.Status.PodIP = "10.0.0.1" }), false},
+		{"annotation says back", testPod(func(p *corev1.Pod) { p.Name = "web-0"; p.Annotations = map[string]string{"tier": "back"} }), false},
+		{"annotation says front", testPod(func(p *corev1.Pod) { p.Name = "web-0"; p.Annotations = map[string]string{"tier": "front"} }), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _ := NewObject(tc.pod)
+			if got := s.Matches(o); got != tc.want {
+				t.Errorf("matches %v, want %v", got, tc.want)
+			}
+		})
+	}
+	pod := testPod(func(p *corev1.Pod) { p.Name = "web-0" })
+	o, _ := NewObject(pod)
+	if w, ok := s.Weight(o); !ok || w != int64(2*len(pod.Spec.Containers)) {
+		t.Errorf("weight %d, %v; want twice the containers", w, ok)
+	}
+	lo, hi := s.DelayRange(o, testEnv.Now)
+	wantHi := 5 * time.Second
+	if q := pod.Spec.Containers[0].Resources.Requests.Cpu(); !q.IsZero() {
+		wantHi = 10 * time.Second
+	}
+	if lo != 3*time.Second || hi != wantHi {
+		t.Errorf("delay [%v, %v], want [3s, %v]", lo, hi, wantHi)
+	}
+
+	// For Nodes, self is a Node.
+	n := mustStage(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: node-cel}
+spec:
+  resourceRef: {apiGroup: v1, kind: Node}
+  selector:
+    matchExpressions:
+    - cel: {expression: '!self.spec.unschedulable && self.metadata.labels["pool"] == "a"'}
+`)
+	for _, tc := range []struct {
+		node *corev1.Node
+		want bool
+	}{
+		{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"pool": "a"}}}, true},
+		{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"pool": "a"}}, Spec: corev1.NodeSpec{Unschedulable: true}}, false},
+		{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, false}, // no such label: an error, no match
+	} {
+		o, _ := NewObject(tc.node)
+		if got := n.Matches(o); got != tc.want {
+			t.Errorf("node %+v: matches %v, want %v", tc.node.ObjectMeta, got, tc.want)
+		}
+	}
+}
+
 func TestFinalizers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -630,6 +719,33 @@ spec:
 	// Another kind's default is a merge patch; a strategic one has no schema.
 	if _, err := Apply(data, "ConfigMap", &Patch{Type: "application/strategic-merge-patch+json", Data: []byte(`{}`)}); err == nil {
 		t.Error("strategic merge patch of a ConfigMap: no error")
+	}
+}
+
+// Templates have sprig's functions, as kwok's do.
+func TestSprigFunctions(t *testing.T) {
+	s := mustStage(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: sprig}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector: {}
+  next:
+    statusTemplate: |
+      message: {{ .metadata.name | upper | quote }}
+      reason: {{ list "a" "b" | join "-" | default "none" | quote }}
+      nominatedNodeName: {{ dict "n" .spec.nodeName | toJson | b64enc | b64dec | fromJson | dig "n" "" | trimPrefix "node-" | quote }}
+`)
+	o, _ := NewObject(testPod())
+	actions, err := s.Next(o, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(actions) != 1 || actions[0].Patch == nil {
+		t.Fatalf("actions %+v, want one patch", actions)
+	}
+	if got, want := string(actions[0].Patch.Data), `{"status":{"message":"P","nominatedNodeName":"0","reason":"a-b"}}`; got != want {
+		t.Errorf("patch %s, want %s", got, want)
 	}
 }
 
