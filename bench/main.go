@@ -39,7 +39,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nodelet/nodelet/internal/proc"
@@ -112,9 +111,16 @@ type result struct {
 	DeleteDeletesPerPod      float64 `json:"deletePhaseAgentDeletesPerPod"`
 	DeleteNotFoundPerPod     float64 `json:"deletePhaseDeletes404PerPod"`
 
-	// HeapAtPodPeak is nodelet's heap profile once every pod is Running
-	// (--heap-profile).
+	// HeapAtPodPeak is the agent's heap profile once every pod is
+	// Running (--heap-profile: nodelet's kubelet API, kwok's server).
 	HeapAtPodPeak *heapSummary `json:"heapAtPodPeak,omitempty"`
+	// PodPhaseRuntime is the agent's Go runtime over the pod phase, from
+	// its /metrics (--heap-profile).
+	PodPhaseRuntime *podPhaseRuntime `json:"podPhaseRuntime,omitempty"`
+	// Memory is the agent's resident memory split into anonymous and
+	// file-backed, sampled from /proc/PID/smaps_rollup through the run:
+	// the sample at the highest RSS and each part's own peak.
+	Memory *memoryPeak `json:"memory,omitempty"`
 }
 
 // modes are the flags that choose a mode and its own options.
@@ -300,6 +306,7 @@ func runMode(o options, m modes, prov provenance) error {
 			}
 			fmt.Printf("\n%s:\n", tableTitle(o.nodes, o.pods, set, o.agents))
 			printTable(os.Stdout, these)
+			printDifferences(os.Stdout, these)
 			printSettings(os.Stdout, these)
 			results = append(results, these...)
 		}
@@ -347,16 +354,18 @@ type agentRun struct {
 	cl         *cluster
 	proc       *process
 	nodeNames  []string
-	heap       *agentProbe // with heapProfile: the agent's kubelet API
-	nodesReady float64     // seconds from the agent's start
-	stops      []func()    // run in reverse by stop
+	heap       *agentProbe // with heapProfile: nodelet's kubelet API, kwok's server
+	memory     *smapsSampler
+	nodesReady float64  // seconds from the agent's start
+	stops      []func() // run in reverse by stop
 }
 
 // startAgentRun starts a control plane and the agent of o.nodes nodes on
 // it (nodelet's own, or Nodes the bench creates for kwok and
 // nodelet-takeover, played by o.stages), and waits until the nodes are
-// Ready. heapProfile runs nodelet's kubelet API, for its heap and CPU
-// profiles.
+// Ready, its memory sampled from its start (startSmapsSampler).
+// heapProfile runs nodelet's kubelet API or kwok's server, for their Go
+// runtime figures and heap profiles (and nodelet's CPU profile).
 func startAgentRun(ctx context.Context, o options, agent string, heapProfile bool) (_ *agentRun, err error) {
 	setting, err := simAgentSetting(agent, o.nodes, o.stages)
 	if err != nil {
@@ -389,7 +398,7 @@ func startAgentRun(ctx context.Context, o options, agent string, heapProfile boo
 			return nil, err
 		}
 	}
-	if _, isKwok := parseKwokAgent(agent); heapProfile && !isKwok {
+	if heapProfile {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -399,7 +408,11 @@ func startAgentRun(ctx context.Context, o options, agent string, heapProfile boo
 			return nil, err
 		}
 		run.stops = append(run.stops, transport.CloseIdleConnections)
-		args = withKubeletAPI(args, run.cp, port)
+		if _, isKwok := parseKwokAgent(agent); isKwok {
+			args = withKwokServer(args, port)
+		} else {
+			args = withKubeletAPI(args, run.cp, port)
+		}
 		run.heap = &agentProbe{port: port, client: client}
 	}
 
@@ -409,6 +422,9 @@ func startAgentRun(ctx context.Context, o options, agent string, heapProfile boo
 		return nil, err
 	}
 	run.stops = append(run.stops, run.proc.stop)
+	var stopSampler func()
+	run.memory, stopSampler = startSmapsSampler(run.pid())
+	run.stops = append(run.stops, stopSampler)
 	if err := run.cl.waitNodesReady(ctx, o.nodes, 10*time.Minute); err != nil {
 		return nil, fmt.Errorf("%s: %w (log %s)", agent, err, run.proc.logPath)
 	}
@@ -471,6 +487,10 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	r.Setting, r.NodesReadySeconds = run.setting, run.nodesReady
 	cp, cl, proc, nodeNames, heap := run.cp, run.cl, run.proc, run.nodeNames, run.heap
 
+	var runtime0 *runtimeMark
+	if heap != nil {
+		runtime0 = heap.markRuntime(ctx)
+	}
 	phaseStart, apiCPU0, agentCPU0 := time.Now(), cp.apiserverCPU(), procCPU(proc.cmd.Process.Pid)
 	writes0, writeSecs0, err := cl.podWrites(ctx)
 	if err != nil {
@@ -484,6 +504,9 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	r.PodPhaseSeconds = time.Since(phaseStart).Seconds()
 	r.PodPhaseAPIServerCores = (cp.apiserverCPU() - apiCPU0) / r.PodPhaseSeconds
 	r.PodPhaseAgentCores = (procCPU(proc.cmd.Process.Pid) - agentCPU0) / r.PodPhaseSeconds
+	if heap != nil {
+		r.PodPhaseRuntime = podPhase(runtime0, heap.markRuntime(ctx))
+	}
 	writes1, writeSecs1, err := cl.podWrites(ctx)
 	if err != nil {
 		return r, err
@@ -517,7 +540,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	logf("%s: steady state for %s", agent, o.steady)
 	apiCPU0 = cp.apiserverCPU()
 	var cpuProfile chan struct{}
-	if heap != nil && o.cpuProfile {
+	if _, isKwok := parseKwokAgent(agent); heap != nil && o.cpuProfile && !isKwok {
 		cpuProfile = make(chan struct{})
 		go func() {
 			defer close(cpuProfile)
@@ -542,8 +565,12 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	r.LeaseLapses = lapses
 	r.APIServerCPUShare = (cp.apiserverCPU() - apiCPU0) / o.steady.Seconds()
 	r.AgentCPUSeconds, r.AgentPeakRSSMiB = proc.usage()
+	r.Memory = run.memory.Peak()
 	r.APIServerCPUSeconds = cp.apiserverCPU()
 	logf("%s: %.2f writes/node/min, %d lease lapses; agent %.1f CPU s, peak RSS %.0f MiB", agent, r.WritesPerNodeMinute, lapses, r.AgentCPUSeconds, r.AgentPeakRSSMiB)
+	if m := r.Memory; m != nil {
+		logf("%s: sampled peak RSS %.0f MiB: %.0f anonymous, %.0f file-backed (%d samples)", agent, m.AtPeakRSS.RSSMiB, m.AtPeakRSS.AnonMiB, m.AtPeakRSS.FileMiB, m.Samples)
+	}
 	return r, nil
 }
 
@@ -552,6 +579,14 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 func simAgentArgs(o options, cp *controlPlane, n int) []string {
 	return []string{filepath.Join(o.bin, "nodelet"), "--kubeconfig", cp.kubeconfig, "--node-name", "bench",
 		"--nodes", strconv.Itoa(n), fmt.Sprintf("-v=%d", o.agentV)}
+}
+
+// withKwokServer adds to kwok's command line its server on port, on
+// loopback: /metrics (Go's collector among them) and, at its defaults
+// (enableDebuggingHandlers, enableProfilingHandler), /debug/pprof/, over
+// HTTP and, on the same port, HTTPS with a certificate of its own.
+func withKwokServer(args []string, port int) []string {
+	return append(args, "--server-address", fmt.Sprintf("127.0.0.1:%d", port))
 }
 
 // withKubeletAPI adds to an agent's command line the kubelet API on port,
@@ -676,56 +711,6 @@ func percentile(sorted []float64, p float64) float64 {
 	}
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
 	return sorted[max(i, 0)]
-}
-
-func printTable(w *os.File, results []result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := "metric\t"
-	for _, r := range results {
-		header += r.Agent + "\t"
-	}
-	for _, r := range results[1:] {
-		header += results[0].Agent + "/" + r.Agent + "\t"
-	}
-	fmt.Fprintln(tw, header)
-	rows := []struct {
-		name string
-		get  func(result) float64
-		f    string
-	}{
-		{"nodes Ready (s)", func(r result) float64 { return r.NodesReadySeconds }, "%.2f"},
-		{"pod create→Running p50 (s)", func(r result) float64 { return r.PodRunningP50 }, "%.3f"},
-		{"pod create→Running p99 (s)", func(r result) float64 { return r.PodRunningP99 }, "%.3f"},
-		{"last create→all Running (s)", func(r result) float64 { return r.LastCreateToRunning }, "%.3f"},
-		{"last delete→all gone (s)", func(r result) float64 { return r.LastDeleteToGone }, "%.3f"},
-		{"agent CPU (s)", func(r result) float64 { return r.AgentCPUSeconds }, "%.1f"},
-		{"agent peak RSS (MiB)", func(r result) float64 { return r.AgentPeakRSSMiB }, "%.0f"},
-		{"steady API writes/node/min", func(r result) float64 { return r.WritesPerNodeMinute }, "%.2f"},
-		{"steady lease lapses", func(r result) float64 { return float64(r.LeaseLapses) }, "%.0f"},
-		{"apiserver steady CPU (cores)", func(r result) float64 { return r.APIServerCPUShare }, "%.2f"},
-		{"pod phase: apiserver CPU (cores)", func(r result) float64 { return r.PodPhaseAPIServerCores }, "%.2f"},
-		{"pod phase: agent CPU (cores)", func(r result) float64 { return r.PodPhaseAgentCores }, "%.2f"},
-		{"pod phase: pod writes/s", func(r result) float64 { return r.PodPhaseWritesPerSec }, "%.0f"},
-		{"pod phase: pod write latency (ms)", func(r result) float64 { return r.PodPhaseWriteLatencyMs }, "%.1f"},
-		{"delete phase: status writes/pod", func(r result) float64 { return r.DeleteStatusWritesPerPod }, "%.3f"},
-		{"delete phase: agent deletes/pod", func(r result) float64 { return r.DeleteDeletesPerPod }, "%.3f"},
-		{"delete phase: deletes 404/pod", func(r result) float64 { return r.DeleteNotFoundPerPod }, "%.3f"},
-	}
-	for _, row := range rows {
-		line := row.name + "\t"
-		for _, r := range results {
-			line += fmt.Sprintf(row.f, row.get(r)) + "\t"
-		}
-		for _, r := range results[1:] {
-			if a, b := row.get(results[0]), row.get(r); b != 0 {
-				line += fmt.Sprintf("%.2f\t", a/b)
-			} else {
-				line += "-\t"
-			}
-		}
-		fmt.Fprintln(tw, line)
-	}
-	tw.Flush()
 }
 
 func sortedSeconds(d []time.Duration) []float64 {

@@ -507,7 +507,7 @@ func loadAverage() float64 {
 }
 
 // agentProbe reads the agent's memory from /proc and its Go runtime's
-// figures from its kubelet API.
+// figures from its kubelet API (nodelet) or its server (kwok).
 type agentProbe struct {
 	pid    int
 	port   int
@@ -520,6 +520,7 @@ func (a agentProbe) rss() float64 { return procRSS(a.pid) }
 type goRuntime struct {
 	goroutines   int
 	heapInUseMiB float64
+	allocMiB     float64 // allocated since the start, freed or not
 }
 
 func (a agentProbe) runtime(ctx context.Context) (goRuntime, error) {
@@ -537,10 +538,13 @@ func (a agentProbe) runtime(ctx context.Context) (goRuntime, error) {
 		case "go_memstats_heap_inuse_bytes":
 			rt.heapInUseMiB = roundTo(v/(1<<20), 1)
 			found++
+		case "go_memstats_alloc_bytes_total":
+			rt.allocMiB = v / (1 << 20)
+			found++
 		}
 	})
-	if err == nil && found < 2 {
-		err = fmt.Errorf("no go_goroutines or go_memstats_heap_inuse_bytes")
+	if err == nil && found < 3 {
+		err = fmt.Errorf("no go_goroutines, go_memstats_heap_inuse_bytes or go_memstats_alloc_bytes_total")
 	}
 	if err != nil {
 		return rt, fmt.Errorf("agent metrics: %w", err)
