@@ -10,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -22,7 +23,7 @@ type Counters struct {
 	ContainersRestarted int // restartCount increases and container ID changes
 	StatusRegressions   int // pod phases going backwards (Running → Pending)
 	LeaseLapses         int // a lease not renewed within its duration
-	NodesNotReady       int // a node's Ready condition leaving True
+	NodesNotReady       int // a node's Ready condition leaving True, but for Unknown while its lease was fresh in the API
 }
 
 func (c Counters) String() string {
@@ -35,6 +36,9 @@ func (c Counters) String() string {
 type Observer struct {
 	ns, nodePrefix string
 	cancel         context.CancelFunc
+	// client reads a lease from the API when the watch's view of it may
+	// be behind (nil: the watch's view is taken as it is).
+	client kubernetes.Interface
 
 	mu       sync.Mutex
 	c        Counters
@@ -53,13 +57,20 @@ type Observer struct {
 	duration   map[string]time.Duration
 	ready      map[string]bool
 	onDelete   func(*corev1.Pod)
+	// notes are what was seen and not counted, with why, for Details.
+	notes []string
 }
+
+// NodeMonitorGracePeriod is how long the node controller of the test
+// control plane lets a node go without a heartbeat before it marks the
+// node's Ready Unknown (hack/controlplane's --node-monitor-grace-period).
+const NodeMonitorGracePeriod = 20 * time.Second
 
 // Observe starts watching. OnDelete, when set, is called for every pod as
 // it leaves the API (from the watch's goroutine).
 func Observe(client kubernetes.Interface, ns, nodePrefix string, onDelete func(*corev1.Pod)) (*Observer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &Observer{ns: ns, nodePrefix: nodePrefix, cancel: cancel, onDelete: onDelete,
+	o := &Observer{ns: ns, nodePrefix: nodePrefix, cancel: cancel, onDelete: onDelete, client: client,
 		deleting: map[string]bool{}, scaledDown: map[string]bool{}, pods: map[types.UID]*corev1.Pod{}, renewed: map[string]time.Time{},
 		lapsed: map[string]bool{}, duration: map[string]time.Duration{}, ready: map[string]bool{}}
 
@@ -133,7 +144,7 @@ func (o *Observer) Counters() Counters {
 func (o *Observer) Details() []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := append([]string(nil), o.details...)
+	out := append(append([]string(nil), o.details...), o.notes...)
 	for _, g := range o.lostLocked() {
 		out = append(out, g.detail)
 	}
@@ -159,9 +170,12 @@ func (o *Observer) lostLocked() []gonePod {
 }
 
 // event notes the pods a workload controller deleted: a ReplicaSet's
-// SuccessfulDelete Event says "Deleted pod: <name>".
+// SuccessfulDelete Event says "Deleted pod: <name>", or, once the event
+// recorder has aggregated ten alike, "(combined from similar events):
+// Deleted pod: <name>".
 func (o *Observer) event(e *corev1.Event) {
-	name, ok := strings.CutPrefix(e.Message, "Deleted pod: ")
+	msg := strings.TrimPrefix(e.Message, "(combined from similar events): ")
+	name, ok := strings.CutPrefix(msg, "Deleted pod: ")
 	if e.Reason != "SuccessfulDelete" || !ok {
 		return
 	}
@@ -184,6 +198,15 @@ func (o *Observer) pod(p *corev1.Pod) {
 	defer o.mu.Unlock()
 	old := o.pods[p.UID]
 	o.pods[p.UID] = p
+	if p.DeletionTimestamp != nil && ownedByReplicaSet(p) && !o.scaledDown[p.Name] {
+		// A ReplicaSet's pod whose graceful deletion someone asked for:
+		// the node agent only ever finishes a deletion. The ReplicaSet's
+		// own Events are not enough: the event recorder drops those of
+		// one object beyond a burst of 25.
+		o.scaledDown[p.Name] = true
+		o.notes = append(o.notes, fmt.Sprintf("%s pod %s: deletion asked for, with a grace period of %ds (not a loss)",
+			time.Now().Format("15:04:05.000"), p.Name, ptrValue(p.DeletionGracePeriodSeconds)))
+	}
 	if old == nil {
 		return
 	}
@@ -251,19 +274,75 @@ func (o *Observer) node(n *corev1.Node) {
 	if !strings.HasPrefix(n.Name, o.nodePrefix) {
 		return
 	}
-	ready := false
+	status := corev1.ConditionUnknown
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			ready = c.Status == corev1.ConditionTrue
+			status = c.Status
 		}
 	}
+	ready := status == corev1.ConditionTrue
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	was := o.ready[n.Name]
 	o.ready[n.Name] = ready
-	if was && !ready {
-		o.count(&o.c.NodesNotReady, "node %s: Ready left True", n.Name)
+	o.mu.Unlock()
+	if !was || ready {
+		return
 	}
+	// Ready Unknown is the node controller's verdict that no heartbeat
+	// reached it for its grace period. With the node's lease renewed
+	// within that period in the API, the controller's watch was behind
+	// (it relists after an API server restart, and lags on a busy host),
+	// not the agent: that is noted, not counted. Anything else is counted.
+	age, known := o.leaseAge(n.Name)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if status == corev1.ConditionUnknown && known && age <= NodeMonitorGracePeriod {
+		o.notes = append(o.notes, fmt.Sprintf("%s node %s: Ready left True for Unknown with its lease renewed %s before (not counted)",
+			time.Now().Format("15:04:05.000"), n.Name, age.Round(time.Millisecond)))
+		return
+	}
+	o.count(&o.c.NodesNotReady, "node %s: Ready left True", n.Name)
+}
+
+// leaseAge is how long ago the node's lease was last renewed, as the API
+// has it now; known is false without a client or an answer.
+func (o *Observer) leaseAge(node string) (age time.Duration, known bool) {
+	renew, ok := o.apiRenewTime(node)
+	if !ok {
+		return 0, false
+	}
+	return time.Since(renew), true
+}
+
+// apiRenewTime reads the lease's renewTime from the API.
+func (o *Observer) apiRenewTime(name string) (time.Time, bool) {
+	if o.client == nil {
+		return time.Time{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	l, err := o.client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || l.Spec.RenewTime == nil {
+		return time.Time{}, false
+	}
+	return l.Spec.RenewTime.Time, true
+}
+
+func ownedByReplicaSet(p *corev1.Pod) bool {
+	for _, ref := range p.OwnerReferences {
+		if ref.Kind == "ReplicaSet" && ref.Controller != nil && *ref.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 func (o *Observer) lease(l *coordinationv1.Lease) {
@@ -302,7 +381,12 @@ func (o *Observer) renewal(name string, renew, now time.Time) {
 }
 
 // watchLapses counts a lease as lapsed as soon as its duration has passed
-// since its last renewal, without waiting for the late renewal.
+// since its last renewal, without waiting for the late renewal. The watch
+// may be behind the API (its reflector backs off after an API server
+// restart): a lease that looks lapsed is read from the API first, and a
+// renewal found there is taken as if the watch had shown it; one that
+// cannot be read is looked at again at the next tick (its late renewal is
+// judged when it is seen, by renewal).
 func (o *Observer) watchLapses(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -311,20 +395,60 @@ func (o *Observer) watchLapses(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			o.mu.Lock()
-			o.checkLapses(now)
-			o.mu.Unlock()
+			o.lookForLapses(now)
 		}
 	}
 }
 
-// checkLapses counts each lease whose duration has passed by now since its
-// last renewal, once until it is renewed again.
-func (o *Observer) checkLapses(now time.Time) {
+// lookForLapses is one look of watchLapses at now.
+func (o *Observer) lookForLapses(now time.Time) {
+	o.mu.Lock()
+	due := o.dueLapsesLocked(now)
+	o.mu.Unlock()
+	stale := map[string]bool{}
+	for _, name := range due {
+		if o.client == nil {
+			stale[name] = true
+			continue
+		}
+		renew, ok := o.apiRenewTime(name)
+		if !ok {
+			continue
+		}
+		o.mu.Lock()
+		if renew.After(o.renewed[name]) {
+			o.renewal(name, renew, now)
+		} else {
+			stale[name] = true
+		}
+		o.mu.Unlock()
+	}
+	o.mu.Lock()
+	o.checkLapses(now, func(name string) bool { return stale[name] })
+	o.mu.Unlock()
+}
+
+// dueLapsesLocked are the leases whose duration has passed by now since
+// their last renewal, not yet counted.
+func (o *Observer) dueLapsesLocked(now time.Time) []string {
+	var out []string
 	for name, last := range o.renewed {
 		if d := o.duration[name]; d > 0 && now.Sub(last) > d && !o.lapsed[name] {
-			o.lapsed[name] = true
-			o.count(&o.c.LeaseLapses, "lease %s: not renewed for %s", name, now.Sub(last).Round(time.Second))
+			out = append(out, name)
 		}
+	}
+	return out
+}
+
+// checkLapses counts each lease whose duration has passed by now since its
+// last renewal and that confirmed says is so in the API (nil: every one),
+// once until it is renewed again.
+func (o *Observer) checkLapses(now time.Time, confirmed func(name string) bool) {
+	for _, name := range o.dueLapsesLocked(now) {
+		if confirmed != nil && !confirmed(name) {
+			continue
+		}
+		o.lapsed[name] = true
+		o.count(&o.c.LeaseLapses, "lease %s: not renewed for %s", name, now.Sub(o.renewed[name]).Round(time.Second))
 	}
 }
