@@ -25,27 +25,27 @@ func TestLeaseLapseCountedOnce(t *testing.T) {
 	}{
 		{"renewed on time", func(o *Observer) {
 			o.renewal("n", t0.Add(10*time.Second), t0.Add(10*time.Second))
-			o.checkLapses(t0.Add(45 * time.Second), nil)
+			o.checkLapses(t0.Add(45*time.Second), nil)
 		}, 0},
 		{"lapsed, then a held-up write, then a fresh one", func(o *Observer) {
-			o.checkLapses(t0.Add(41 * time.Second), nil)
+			o.checkLapses(t0.Add(41*time.Second), nil)
 			o.renewal("n", t0.Add(time.Second), t0.Add(43*time.Second)) // sent before the outage
-			o.checkLapses(t0.Add(44 * time.Second), nil)
+			o.checkLapses(t0.Add(44*time.Second), nil)
 			o.renewal("n", t0.Add(50*time.Second), t0.Add(50*time.Second))
-			o.checkLapses(t0.Add(51 * time.Second), nil)
+			o.checkLapses(t0.Add(51*time.Second), nil)
 		}, 1},
 		{"a held-up write before the ticker saw the lapse", func(o *Observer) {
 			o.renewal("n", t0.Add(time.Second), t0.Add(42*time.Second))
-			o.checkLapses(t0.Add(43 * time.Second), nil)
+			o.checkLapses(t0.Add(43*time.Second), nil)
 		}, 1},
 		{"renewed late, seen only by the renewal", func(o *Observer) {
 			o.renewal("n", t0.Add(45*time.Second), t0.Add(45*time.Second))
-			o.checkLapses(t0.Add(46 * time.Second), nil)
+			o.checkLapses(t0.Add(46*time.Second), nil)
 		}, 1},
 		{"two outages", func(o *Observer) {
-			o.checkLapses(t0.Add(41 * time.Second), nil)
+			o.checkLapses(t0.Add(41*time.Second), nil)
 			o.renewal("n", t0.Add(50*time.Second), t0.Add(50*time.Second))
-			o.checkLapses(t0.Add(91 * time.Second), nil)
+			o.checkLapses(t0.Add(91*time.Second), nil)
 		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
