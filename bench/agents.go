@@ -100,11 +100,11 @@ type agentSetting struct {
 	Values  map[string]int `json:"values"`
 }
 
-// nodeletTakeoverNodeWorkers is how many node workers nodelet runs when it
-// takes Nodes over: how many it will take over is not known when it
-// starts, so as many as for a thousand nodes (pkg/agent's
-// nodeController), whatever the count it ends up managing.
-func nodeletTakeoverNodeWorkers() int { return nodeletNodeWorkers(1000) }
+// nodeletTakeoverNodeWorkers is how many node workers nodelet runs once it
+// has taken over n Nodes: it starts with as many as for 1,000 nodes (the
+// count it will take over is not known at start) and grows the pool with
+// the Nodes taken over (pkg/node's GrowWorkers).
+func nodeletTakeoverNodeWorkers(n int) int { return nodeletNodeWorkers(max(n, 1000)) }
 
 // simAgentSetting is the setting of a sim agent at n nodes: nodelet's
 // worker counts and client limit, kwok's parallelism (its client is
@@ -116,9 +116,9 @@ func simAgentSetting(agent string, n int, stages stageSet) (agentSetting, error)
 		return nodeletSetting(fmt.Sprintf("nodelet defaults: %d node workers (min(max(%d nodes/4, 8), 1024))", nodeletNodeWorkers(n), n),
 			nodeletNodeWorkers(n)), nil
 	case takeoverAgent:
-		w := nodeletTakeoverNodeWorkers()
-		s := nodeletSetting(fmt.Sprintf("nodelet defaults taking over the bench's Nodes (%s), %s: %d node workers (as for 1,000 nodes: the count taken over is not known at start)",
-			kwokNodeSelector, stages.describe(), w), w)
+		w := nodeletTakeoverNodeWorkers(n)
+		s := nodeletSetting(fmt.Sprintf("nodelet defaults taking over the bench's Nodes (%s), %s: %d node workers once they are taken over (%d at start, as for 1,000 nodes, growing with the Nodes taken over)",
+			kwokNodeSelector, stages.describe(), w, nodeletTakeoverNodeWorkers(0)), w)
 		return s, nil
 	}
 	k, ok := parseKwokAgent(agent)

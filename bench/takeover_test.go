@@ -147,8 +147,8 @@ func TestTakeoverSetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Values["nodeWorkers"] != 250 || s.Values["podWorkers"] != 64 {
-		t.Errorf("nodelet-takeover at 5,000 nodes: %v, want 250 node workers (as for 1,000) and 64 pod workers", s.Values)
+	if s.Values["nodeWorkers"] != 1024 || s.Values["podWorkers"] != 64 {
+		t.Errorf("nodelet-takeover at 5,000 nodes: %v, want 1,024 node workers (grown from 250 with the Nodes taken over) and 64 pod workers", s.Values)
 	}
 	if !strings.Contains(s.Summary, "pod/general") || !strings.Contains(s.Summary, "kwok.x-k8s.io/node=fake") {
 		t.Errorf("summary %q does not name the stages and the selector", s.Summary)
