@@ -168,11 +168,8 @@ func (p *Provider) AttachToContainer(ctx context.Context, namespace, name, conta
 	if _, err := os.Stat(*a.LogsFile); err != nil {
 		return fmt.Errorf("attach to container %q: %w", container, err)
 	}
-	stdout, stderr := attach.Stdout(), attach.Stderr()
-	if stdout == nil {
-		stdout = nopWriteCloser{io.Discard}
-	}
-	if stderr == nil || attach.TTY() { // one stream on a terminal
+	stdout, stderr := orDiscard(attach.Stdout()), io.Writer(attach.Stderr())
+	if attach.Stderr() == nil || attach.TTY() { // one stream on a terminal
 		stderr = stdout
 	}
 	status := containerStatus{running: func() bool { return p.containerRunning(namespace, name, container) }}
@@ -272,11 +269,7 @@ func runOnTerminal(ctx context.Context, c *exec.Cmd, attach provider.AttachIO) e
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		out := attach.Stdout()
-		if out == nil {
-			out = nopWriteCloser{io.Discard}
-		}
-		_, _ = io.Copy(out, pty.Reader{F: master})
+		_, _ = io.Copy(orDiscard(attach.Stdout()), pty.Reader{F: master})
 	}()
 	if resize := attach.Resize(); resize != nil {
 		go func() {
@@ -316,9 +309,13 @@ func immediate[T any](ch <-chan T) <-chan T {
 	return out
 }
 
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
+// orDiscard is w, or io.Discard for a session without that stream.
+func orDiscard(w io.WriteCloser) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
 
 // runWithInput runs c with in as its standard input, without waiting
 // for in to end once c has exited (a session's input ends only when its
