@@ -62,9 +62,10 @@ type options struct {
 	// heapProfile runs nodelet's kubelet API, to take its heap profile
 	// once every pod is Running.
 	heapProfile bool
-	// cpuProfile also takes nodelet's CPU profile over the middle of the
-	// steady window (at most cpuProfileMax of it, where the first periodic
-	// status reports fall), saved beside out.
+	// cpuProfile also takes nodelet's CPU profiles over the first
+	// cpuProfileMax of the pod burst and the middle of the steady window
+	// (at most cpuProfileMax of it, where the first periodic status
+	// reports fall), saved beside out.
 	cpuProfile bool
 	// deployProvider is the provider of the --process-pods node: "sim"
 	// gives the control plane's own share of the start latency.
@@ -153,7 +154,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the control plane's and agents' logs")
 	flag.IntVar(&o.agentV, "agent-v", 0, "the nodelet agents' log verbosity (-v)")
 	flag.BoolVar(&o.heapProfile, "heap-profile", true, "run nodelet with its kubelet API and take its heap profile once every pod is Running: printed as the top functions and lines, saved beside --out")
-	flag.BoolVar(&o.cpuProfile, "cpu-profile", false, "with --heap-profile: also take nodelet's CPU profile over the middle of the steady window (at most 50s of it), saved beside --out (go tool pprof)")
+	flag.BoolVar(&o.cpuProfile, "cpu-profile", false, "with --heap-profile: also take nodelet's CPU profiles over the first 50s of the pod burst and the middle of the steady window (at most 50s of it), saved beside --out (go tool pprof)")
 	flag.IntVar(&m.processPods, "process-pods", 0, "instead: measure the process provider with a Deployment of this many replicas (needs root)")
 	flag.StringVar(&o.deployProvider, "process-provider", "process", "with --process-pods: the node's provider (sim measures the control plane alone)")
 	flag.DurationVar(&m.processIdle, "process-idle", time.Minute, "with --process-pods: how long the pods run idle while the agent is measured")
@@ -491,6 +492,16 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	if heap != nil {
 		runtime0 = heap.markRuntime(ctx)
 	}
+	_, isKwok := parseKwokAgent(agent)
+	var podsProfile chan struct{}
+	if heap != nil && o.cpuProfile && !isKwok {
+		// The pod burst's first cpuProfileMax, the steady window's below.
+		podsProfile = make(chan struct{})
+		go func() {
+			defer close(podsProfile)
+			heap.saveCPUProfile(ctx, cpuProfileMax, profilePath(o.out, "cpu-pods", profiled, o.nodes, o.pods))
+		}()
+	}
 	phaseStart, apiCPU0, agentCPU0 := time.Now(), cp.apiserverCPU(), procCPU(proc.cmd.Process.Pid)
 	writes0, writeSecs0, err := cl.podWrites(ctx)
 	if err != nil {
@@ -539,8 +550,11 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 
 	logf("%s: steady state for %s", agent, o.steady)
 	apiCPU0 = cp.apiserverCPU()
+	if podsProfile != nil {
+		<-podsProfile
+	}
 	var cpuProfile chan struct{}
-	if _, isKwok := parseKwokAgent(agent); heap != nil && o.cpuProfile && !isKwok {
+	if heap != nil && o.cpuProfile && !isKwok {
 		cpuProfile = make(chan struct{})
 		go func() {
 			defer close(cpuProfile)

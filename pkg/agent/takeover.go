@@ -331,7 +331,7 @@ func (t *takeover) sync(ctx context.Context, name string) error {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.taken[name] = taken
-		if err := t.ctrl.Add(node.Node{Template: takenTemplate(name, t.served), Provider: taken.provider, TakenOver: true}); err != nil {
+		if err := t.ctrl.Add(node.Node{Template: takenTemplate(name, t.served), Provider: taken.provider, TakenOver: true, Seen: n}); err != nil {
 			t.releaseLocked(name)
 			return err
 		}

@@ -147,6 +147,11 @@ type Node struct {
 	// provider ID), and its capacity, allocatable and addresses, where it
 	// has them, stand in place of the provider's (see keptFields).
 	TakenOver bool
+	// Seen is a taken-over Node as the caller last saw it (a cache's
+	// copy), read in place of the API's at adoption; the adoption's patch
+	// carries its resourceVersion, so a stale copy is read again. The
+	// controller does not change it and drops it once adopted. Optional.
+	Seen *corev1.Node
 }
 
 // taskKind is one kind of periodic work on a node.
@@ -188,6 +193,8 @@ type nodeState struct {
 	template  *corev1.Node // never modified
 	provider  provider.NodeProvider
 	takenOver bool
+	// seen is Node.Seen until the node is adopted; guarded by mu.
+	seen *corev1.Node
 	// stop ends what was started for the node (its provider's
 	// notifications); set under the controller's mu once Run started.
 	stop context.CancelFunc
@@ -296,7 +303,7 @@ func (c *Controller) newState(n Node) (*nodeState, error) {
 		return nil, fmt.Errorf("node %s has no provider", name)
 	}
 	c.gen++
-	return &nodeState{name: name, gen: c.gen, template: n.Template, provider: n.Provider, takenOver: n.TakenOver}, nil
+	return &nodeState{name: name, gen: c.gen, template: n.Template, provider: n.Provider, takenOver: n.TakenOver, seen: n.Seen}, nil
 }
 
 // retryBackoff is the per-task delay after failures: 200ms, doubling on

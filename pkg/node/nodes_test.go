@@ -2,16 +2,23 @@ package node
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -70,6 +77,95 @@ func TestTakenOverNodeKeepsWhatItsCreatorWrote(t *testing.T) {
 		l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), "kwok-0", metav1.GetOptions{})
 		return err == nil && l.OwnerReferences[0].UID == "their-uid"
 	})
+}
+
+// A Node taken over is adopted from the copy the caller saw (the
+// takeover's cache), without a read from the API, unless that copy is
+// stale: the adoption's patch carries its resourceVersion, and on the
+// API's conflict the agent reads the Node and patches again.
+func TestTakenOverNodeAdoptedFromWhatWasSeen(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale=%v", stale), func(t *testing.T) {
+			theirs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", UID: "their-uid", ResourceVersion: "5"}}
+			client := newFakeClient(true, theirs)
+			// The API server's precondition, which the fake does not check.
+			client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				p := a.(k8stesting.PatchAction)
+				var patch struct {
+					Metadata struct {
+						ResourceVersion string `json:"resourceVersion"`
+					} `json:"metadata"`
+				}
+				if p.GetSubresource() != "" || json.Unmarshal(p.GetPatch(), &patch) != nil || patch.Metadata.ResourceVersion == "5" {
+					return false, nil, nil
+				}
+				return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "kwok-0", errors.New("the object has been modified"))
+			})
+			seen := theirs.DeepCopy()
+			if stale {
+				seen.ResourceVersion = "4"
+			}
+			c, err := NewController(client, []Node{{Template: template("kwok-0"), Provider: &fakeProvider{}, TakenOver: true, Seen: seen}}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, c)
+			waitReady(t, c)
+			if got := getNode(t, client, "kwok-0"); got.Labels["nodelet.io/test"] != "yes" {
+				t.Fatalf("labels %v, want the template's added", got.Labels)
+			}
+			var verbs []string
+			for _, a := range client.Actions() {
+				if a.GetResource().Resource != "nodes" {
+					continue
+				}
+				if g, ok := a.(k8stesting.GetActionImpl); ok && g.GetOptions.ResourceVersion == "0" || a.GetSubresource() != "" {
+					break // the first status report's: adopted by then
+				}
+				verbs = append(verbs, a.GetVerb())
+			}
+			want := []string{"patch"}
+			if stale {
+				want = []string{"patch", "get", "patch"}
+			}
+			if !slices.Equal(verbs, want) {
+				t.Errorf("adoption's requests %v, want %v", verbs, want)
+			}
+		})
+	}
+}
+
+// As the kubelet, a status write reads the Node from the API server's
+// cache (resourceVersion 0) and, after a conflict (the cache was behind),
+// from etcd.
+func TestStatusReadFromTheCacheFirst(t *testing.T) {
+	theirs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", UID: "their-uid"}}
+	client := newFakeClient(true, theirs)
+	var conflicts atomic.Int32
+	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicts.Add(1) == 1 {
+			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "kwok-0", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	c, err := NewController(client, []Node{{Template: template("kwok-0"), Provider: &fakeProvider{}, TakenOver: true, Seen: theirs}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c)
+	waitReady(t, c)
+	var reads []string
+	for _, a := range client.Actions() {
+		if g, ok := a.(k8stesting.GetActionImpl); ok && a.GetResource().Resource == "nodes" {
+			reads = append(reads, "rv="+g.GetOptions.ResourceVersion)
+		}
+		if a.GetVerb() == "patch" && a.GetSubresource() == "status" && len(reads) >= 2 {
+			break // the first status written
+		}
+	}
+	if want := []string{"rv=0", "rv="}; !slices.Equal(reads, want) {
+		t.Errorf("reads of the Node for its first status %v, want %v", reads, want)
+	}
 }
 
 // A taken-over Node that is missing is never created: it was deleted.

@@ -154,7 +154,7 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 	if !apierrors.IsAlreadyExists(err) {
 		return "", nil, fmt.Errorf("create node: %w", err)
 	}
-	uid, current, err := c.adopt(ctx, desired, false)
+	uid, current, err := c.adopt(ctx, desired, nil, false)
 	if err != nil {
 		return "", nil, err
 	}
@@ -163,11 +163,12 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 }
 
 // adopt adds to the existing Node what it lacks of desired (adoptPatch)
-// and returns its UID and the Node as it was read. A taken-over Node that
-// is missing gives errNodeGone: it is never created.
-func (c *Controller) adopt(ctx context.Context, desired *corev1.Node, takenOver bool) (types.UID, *corev1.Node, error) {
+// and returns its UID and the Node as it was read: seen, when given and
+// still current, else from the API. A taken-over Node that is missing
+// gives errNodeGone: it is never created.
+func (c *Controller) adopt(ctx context.Context, desired, seen *corev1.Node, takenOver bool) (types.UID, *corev1.Node, error) {
 	nodes := c.client.CoreV1().Nodes()
-	var current *corev1.Node
+	current := seen
 	var uid types.UID
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if current == nil {

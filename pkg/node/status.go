@@ -38,7 +38,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 	desired := c.desiredNode(ctx, n)
 
 	n.mu.Lock()
-	uid, applied, appliedAt, forced := n.uid, n.applied, n.appliedAt, n.forceReport
+	uid, applied, appliedAt, forced, seen := n.uid, n.applied, n.appliedAt, n.forceReport, n.seen
 	n.mu.Unlock()
 
 	if uid == "" {
@@ -47,7 +47,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 		var kept *keptFields
 		if n.takenOver {
 			var current *corev1.Node
-			if uid, current, err = c.adopt(ctx, desired, true); err != nil {
+			if uid, current, err = c.adopt(ctx, desired, seen, true); err != nil {
 				return 0, fmt.Errorf("adopt node: %w", err)
 			}
 			kept = keptFrom(current)
@@ -55,7 +55,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
-		n.kept = kept
+		n.kept, n.seen = kept, nil
 		n.uid, n.lease, n.applied = uid, nil, newAppliedStatus(created)
 		n.appliedAt, n.forceReport = c.spread(c.opts.Clock.Now()), false
 		n.mu.Unlock()
@@ -177,14 +177,31 @@ func (c *Controller) forceReport(n *nodeState) {
 }
 
 // writeStatus writes desired onto the Node with a three-way patch, from a
-// fresh copy of the Node each attempt, retrying on Conflict. It returns the
-// status written, with its condition times.
+// new copy of the Node each attempt, retrying on Conflict. It returns the
+// status written, with its condition times. As the kubelet, it reads the
+// Node from the API server's cache first (resourceVersion 0, no read from
+// etcd), and from etcd after a conflict: the patch carries the resourceVersion
+// read, so a stale copy is never written over.
 func (c *Controller) writeStatus(ctx context.Context, n *nodeState, uid types.UID, desired *corev1.NodeStatus) (*corev1.NodeStatus, error) {
 	nodes := c.client.CoreV1().Nodes()
 	name := n.name
 	var written *corev1.NodeStatus
+	cached := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		current, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		var current *corev1.Node
+		var err error
+		if cached {
+			cached = false
+			current, err = nodes.Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
+			if apierrors.IsNotFound(err) || err == nil && current.UID != uid {
+				// The cache may lag a Node just made or deleted: etcd
+				// has the last word.
+				current, err = nil, nil
+			}
+		}
+		if current == nil && err == nil {
+			current, err = nodes.Get(ctx, name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			return errNodeGone
 		}

@@ -287,17 +287,25 @@ func (p *Provider) finishLocked(st *simPod) {
 // terminateLocked ends a deleted pod at `at`: it is removed, what it held
 // is released and its final status queued for notification.
 func (p *Provider) terminateLocked(st *simPod, at time.Time) {
+	if !st.finished {
+		setFinished(st.pod, at)
+	}
+	p.removeLocked(st)
+	p.queueNotify(st.pod)
+}
+
+// removeLocked removes the pod and releases what it held. The caller
+// holds the lock.
+func (p *Provider) removeLocked(st *simPod) {
 	delete(p.pods, key(st.pod.Namespace, st.pod.Name))
 	p.volumesChanged = p.volumesChanged || (len(st.volumes) > 0 && !st.finished)
 	if st.finished {
 		p.finished--
-	} else {
-		p.used.Sub(st.req)
-		p.ips.release(st.ip)
-		st.ip = 0
-		setFinished(st.pod, at)
+		return
 	}
-	p.queueNotify(st.pod)
+	p.used.Sub(st.req)
+	p.ips.release(st.ip)
+	st.ip = 0
 }
 
 // Evict fails a running pod at once (a simulated pod needs no grace), as
@@ -319,7 +327,7 @@ func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 	}
 	st.gen++ // what was scheduled for the pod no longer happens
 	st.step = stepNone
-	st.view = nil
+	forgetView(st)
 	setFinished(st.pod, now)
 	s := &st.pod.Status
 	s.Phase, s.Reason, s.Message = corev1.PodFailed, e.Reason, e.Message

@@ -220,7 +220,7 @@ func (p *Provider) NotifyNodeStatus(ctx context.Context, notify func()) {
 	gen := p.nodeGen
 	p.nodeNotify = notify
 	old := cancelLocked(&p.flip)
-	seen := p.node.view != nil
+	raw := p.node.raw
 	p.mu.Unlock()
 	stopTimer(old)
 
@@ -236,9 +236,9 @@ func (p *Provider) NotifyNodeStatus(ctx context.Context, notify func()) {
 		stopTimer(flip)
 		stopTimer(staged)
 	})
-	if seen {
+	if raw != nil {
 		// The Node was seen before anyone asked for its status.
-		p.matchNode(klog.Background().WithValues("node", p.opts.NodeName), p.clock.Now())
+		p.matchNodeJSON(klog.Background().WithValues("node", p.opts.NodeName), raw, p.clock.Now())
 	}
 	if _, ok := p.nextFlip(p.clock.Now()); !ok {
 		return

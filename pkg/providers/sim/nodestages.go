@@ -1,11 +1,13 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -39,9 +41,11 @@ type NodeStageAPI interface {
 // it (as the API showed it last, with what stages changed since), the
 // stage chosen and its timer, and the status the stages rendered.
 type nodeStaging struct {
-	meta  metav1.ObjectMeta
+	meta metav1.ObjectMeta
+	// raw is the Node's JSON. Its decoded view is made when a stage is
+	// matched or played and not kept: thousands of Nodes wait between
+	// heartbeats, and a view costs several times its JSON.
 	raw   []byte
-	view  *stage.Object
 	stage *stage.Stage
 	timer *armed
 	// status is every status template played so far, merged: a strategic
@@ -50,6 +54,17 @@ type nodeStaging struct {
 	// playsAt and plays count the stages played at one instant.
 	playsAt time.Time
 	plays   int
+	// merged is applyNodeStages' last merge, done again only when what
+	// it merges changes: the agent asks for the node's status every few
+	// seconds, and a strategic merge costs a JSON round trip.
+	merged *mergedStatus
+}
+
+// mergedStatus is what the stages rendered (status) merged into what the
+// provider describes (in): out.
+type mergedStatus struct {
+	status  []byte
+	in, out corev1.NodeStatus
 }
 
 // nodeStages is the stages for Nodes in force now.
@@ -74,16 +89,21 @@ func (p *Provider) NodeChanged(node *corev1.Node) {
 		logger.Error(err, "Cannot match the node against stages")
 		return
 	}
+	p.mu.Lock()
+	p.node.meta = *node.ObjectMeta.DeepCopy()
+	p.node.raw = raw
+	p.mu.Unlock()
+	p.matchNodeJSON(logger, raw, p.clock.Now())
+}
+
+// matchNodeJSON is matchNode for the Node's JSON.
+func (p *Provider) matchNodeJSON(logger klog.Logger, raw []byte, now time.Time) {
 	view, err := stage.NewObject(raw)
 	if err != nil {
 		logger.Error(err, "Cannot match the node against stages")
 		return
 	}
-	p.mu.Lock()
-	p.node.meta = *node.ObjectMeta.DeepCopy()
-	p.node.raw, p.node.view = raw, view
-	p.mu.Unlock()
-	p.matchNode(logger, p.clock.Now())
+	p.matchNode(logger, view, now)
 }
 
 // nodeStaged says whether a stage is pending or has played on the node.
@@ -93,15 +113,15 @@ func (p *Provider) nodeStaged() bool {
 	return p.node.stage != nil || p.node.status != nil
 }
 
-// matchNode chooses the node's next stage as the node stands at now, and
-// arms its timer. A stage already waiting keeps its time when it is still
-// the one that matches (the agent's own writes of the status do not put a
-// heartbeat off). It is called without the lock and never from a timer
-// callback.
-func (p *Provider) matchNode(logger klog.Logger, now time.Time) {
+// matchNode chooses the node's next stage as the node stands at now (view,
+// its raw JSON decoded), and arms its timer. A stage already waiting keeps
+// its time when it is still the one that matches (the agent's own writes
+// of the status do not put a heartbeat off). It is called without the lock
+// and never from a timer callback.
+func (p *Provider) matchNode(logger klog.Logger, view *stage.Object, now time.Time) {
 	p.mu.Lock()
 	var s *stage.Stage
-	if view := p.node.view; view != nil && p.nodeNotify != nil {
+	if p.nodeNotify != nil {
 		s = p.nodeStages().Match(view, p.rng)
 	}
 	if s != nil && s == p.node.stage {
@@ -115,23 +135,24 @@ func (p *Provider) matchNode(logger klog.Logger, now time.Time) {
 		stopTimer(old)
 		return
 	}
-	d := max(s.Delay(p.node.view, now, p.rng), 0)
+	d := max(s.Delay(view, now, p.rng), 0)
 	a := &armed{}
 	p.node.timer = a
 	p.mu.Unlock()
 	stopTimer(old)
 	logger.V(5).Info("Simulated node matched a stage", "stage", s.Name(), "delay", d)
 	if d == 0 {
-		p.playNode(logger, a, now)
+		p.playNode(logger, a, view, now)
 		return
 	}
 	at := now.Add(d)
-	p.startTimer(&p.node.timer, a, d, func() { p.async(func() { p.playNode(logger, a, at) }) })
+	p.startTimer(&p.node.timer, a, d, func() { p.async(func() { p.playNode(logger, a, nil, at) }) })
 }
 
 // playNode plays the node's stage that fell due at `at`, then matches the
-// node again if the stage changed it.
-func (p *Provider) playNode(logger klog.Logger, a *armed, at time.Time) {
+// node again if the stage changed it. view is the node as it was matched,
+// when that was at `at`; with nil, it is decoded again.
+func (p *Provider) playNode(logger klog.Logger, a *armed, view *stage.Object, at time.Time) {
 	p.mu.Lock()
 	s := p.node.stage
 	if !firedLocked(&p.node.timer, a) || s == nil {
@@ -140,7 +161,14 @@ func (p *Provider) playNode(logger klog.Logger, a *armed, at time.Time) {
 	}
 	p.node.stage = nil
 	logger = logger.WithValues("stage", s.Name())
-	actions, err := s.Next(p.node.view, p.stageEnv(nil, at))
+	var actions []stage.Action
+	var err error
+	if view == nil {
+		view, err = stage.NewObject(p.node.raw)
+	}
+	if err == nil {
+		actions, err = s.Next(view, p.stageEnv(nil, at))
+	}
 	if err != nil {
 		// As kwok: not played; the node waits for a change.
 		p.mu.Unlock()
@@ -195,8 +223,10 @@ func (p *Provider) playNode(logger klog.Logger, a *armed, at time.Time) {
 		}
 	}
 	if changed {
-		if view, err := stage.NewObject(raw); err == nil {
-			p.node.raw, p.node.view = raw, view
+		if view, err = stage.NewObject(raw); err == nil {
+			p.node.raw = raw
+		} else {
+			changed = false // not matched again against what cannot be read
 		}
 	}
 	if at.Equal(p.node.playsAt) {
@@ -222,7 +252,7 @@ func (p *Provider) playNode(logger klog.Logger, a *armed, at time.Time) {
 		logger.Info("Simulated node played too many stages at one instant; it waits for its next change", "plays", plays)
 		return
 	}
-	p.matchNode(logger, at)
+	p.matchNode(logger, view, at)
 }
 
 // applyNodeStages merges what the node's stages rendered into the status
@@ -231,7 +261,7 @@ func (p *Provider) playNode(logger klog.Logger, a *armed, at time.Time) {
 // there are stages for Nodes.
 func (p *Provider) applyNodeStages(node *corev1.Node) {
 	p.mu.Lock()
-	status := p.node.status
+	status, last := p.node.status, p.node.merged
 	p.mu.Unlock()
 	if len(p.nodeStages()) > 0 {
 		node.Status.Phase = corev1.NodeRunning
@@ -239,6 +269,11 @@ func (p *Provider) applyNodeStages(node *corev1.Node) {
 	if status == nil {
 		return
 	}
+	if last != nil && bytes.Equal(last.status, status) && equality.Semantic.DeepEqual(last.in, node.Status) {
+		node.Status = *last.out.DeepCopy()
+		return
+	}
+	in := node.Status.DeepCopy()
 	logger := klog.Background().WithValues("node", p.opts.NodeName)
 	raw, err := json.Marshal(&corev1.Node{Status: node.Status})
 	if err == nil {
@@ -255,4 +290,7 @@ func (p *Provider) applyNodeStages(node *corev1.Node) {
 	// What pods are admitted against stays what is reported.
 	staged.Status.Capacity, staged.Status.Allocatable = node.Status.Capacity, node.Status.Allocatable
 	node.Status = staged.Status
+	p.mu.Lock()
+	p.node.merged = &mergedStatus{status: status, in: *in, out: *staged.Status.DeepCopy()}
+	p.mu.Unlock()
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -95,6 +96,61 @@ func TestNodeStagesKwokChaos(t *testing.T) {
 	}
 	if n := clk.Waiters(); n != 0 {
 		t.Errorf("%d timers pending on a Ready node", n)
+	}
+}
+
+// What the node's stages rendered is merged into the provider's own
+// description again only when either changes; the status reported is the
+// same as merged afresh, and a caller that changes it changes nothing the
+// provider keeps.
+func TestNodeStagesMergeKept(t *testing.T) {
+	var flaky atomic.Bool
+	l := append(kwokSet(t, "node/fast"), kwokSet(t, "node/chaos")...)
+	p, clk, _ := newTest(t, func(o *Options) {
+		o.Stages = l
+		o.Pressure = func(node *corev1.Node) {
+			if flaky.Load() {
+				node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: "example.com/Flaky", Status: corev1.ConditionTrue})
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.NotifyNodeStatus(ctx, func() {})
+	labels := map[string]string{"node-not-ready.stage.kwok.x-k8s.io": "true"}
+	annotations := map[string]string{"node-not-ready.stage.kwok.x-k8s.io/reason": "Maintenance"}
+	p.NodeChanged(reported(p, labels, annotations))
+	clk.Step(time.Second)
+	p.rearming.Wait()
+
+	first := reported(p, labels, annotations)
+	if r := readyOf(first); r.Status != corev1.ConditionFalse || r.Reason != "Maintenance" {
+		t.Fatalf("Ready %+v, want False for Maintenance", r)
+	}
+	for i := range first.Status.Conditions {
+		first.Status.Conditions[i].Reason = "changed by the caller"
+	}
+	second := reported(p, labels, annotations)
+	if r := readyOf(second); r.Reason != "Maintenance" {
+		t.Fatalf("Ready %+v after the caller changed the first report, want Maintenance still", r)
+	}
+	p.mu.Lock()
+	p.node.merged = nil // merged afresh
+	p.mu.Unlock()
+	if fresh := reported(p, labels, annotations); !equality.Semantic.DeepEqual(fresh.Status, second.Status) {
+		t.Errorf("status kept %+v, merged afresh %+v; want them equal", second.Status, fresh.Status)
+	}
+
+	has := func(node *corev1.Node) bool {
+		return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == "example.com/Flaky" })
+	}
+	flaky.Store(true)
+	if node := reported(p, labels, annotations); !has(node) || readyOf(node).Status != corev1.ConditionFalse {
+		t.Errorf("conditions %+v once the provider reports another, want it beside Ready False", node.Status.Conditions)
+	}
+	flaky.Store(false)
+	if node := reported(p, labels, annotations); has(node) {
+		t.Errorf("conditions %+v once the provider no longer reports it, want it gone", node.Status.Conditions)
 	}
 }
 

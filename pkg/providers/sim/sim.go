@@ -366,7 +366,8 @@ type simPod struct {
 	plays   int
 	playsAt time.Time
 	// view is the pod as stages see it and viewRaw its JSON, kept while
-	// the pod is unchanged; nil once it changed (see viewLocked).
+	// the pod is unchanged and a stage waits to play on it; nil once it
+	// changed or none waits (see viewLocked).
 	view    *stage.Object
 	viewRaw []byte
 }
@@ -582,7 +583,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	old := st.pod
 	st.pod = &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st.pod.Status}
-	st.view = nil
+	forgetView(st)
 	logger := klog.FromContext(ctx)
 	logger.V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
 	if st.staged && stagedMetaChanged(old, st.pod) {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -71,6 +72,7 @@ func (p *Provider) matchLocked(logger klog.Logger, st *simPod, now time.Time) {
 	}
 	s := p.podStages().Match(obj, p.rng)
 	if s == nil {
+		forgetView(st)
 		return
 	}
 	d := max(s.Delay(obj, now, p.rng), 0)
@@ -125,21 +127,39 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 				effects = append(effects, func(context.Context) { rec.Event(pod, e.Type, e.Reason, e.Message) })
 			}
 		case a.Delete:
-			if st.pod.DeletionTimestamp != nil {
+			api, deleting := p.opts.API, st.pod.DeletionTimestamp != nil
+			if api == nil && deleting {
+				// The pod controller deletes it once its final status
+				// says it stopped.
 				p.endStagedLocked(st, at)
 				logger.V(4).Info("Simulated pod terminated by its stage")
 				p.runEffects(logger, effects)
 				return
 			}
-			if api := p.opts.API; api != nil {
-				pod := metaOf(st.pod)
-				effects = append(effects, func(ctx context.Context) {
-					if err := api.DeletePod(ctx, pod); err != nil {
-						logger.Error(err, "Stage could not delete the pod")
-					}
-				})
-			} else {
+			if api == nil {
 				logger.Info("Stage deletes a pod that is not being deleted, but the provider has no API client; skipped")
+				continue
+			}
+			pod := metaOf(st.pod)
+			effects = append(effects, func(ctx context.Context) {
+				err := api.DeletePod(ctx, pod)
+				if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+					return // deleted, gone already, or replaced by a new pod
+				}
+				logger.Error(err, "Stage could not delete the pod")
+				if deleting {
+					p.endAfterFailedDelete(logger, st, at)
+				}
+			})
+			if deleting {
+				// As kwok: the stage's delete in the API is the pod's end,
+				// with no final status written before it (the status is
+				// what the stages made it). The provider lets it go now.
+				p.removeLocked(st)
+				st.step = stepNone
+				logger.V(4).Info("Simulated pod deleted by its stage")
+				p.runEffects(logger, effects)
+				return
 			}
 		case a.Patch != nil:
 			out, err := stage.Apply(raw, "Pod", a.Patch)
@@ -187,6 +207,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 		p.queueNotify(st.pod)
 	}
 	if !changed {
+		forgetView(st)
 		return // as kwok, which sees no change and so plays nothing more
 	}
 	// The pod as patched is the pod as it now is: the next match reads it
@@ -194,7 +215,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 	if view, err := stage.NewObject(raw); err == nil {
 		st.view, st.viewRaw = view, raw
 	} else {
-		st.view, st.viewRaw = nil, nil
+		forgetView(st)
 	}
 	if at.Equal(st.playsAt) {
 		st.plays++
@@ -203,14 +224,15 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 	}
 	if st.plays >= maxPlaysAtOnce {
 		logger.Info("Simulated pod played too many stages at one instant; it waits for its next change", "plays", st.plays)
+		forgetView(st)
 		return
 	}
 	p.matchLocked(logger, st, at)
 }
 
 // viewLocked is the pod as stages see it, and its JSON, encoded once for
-// as long as the pod does not change (whoever changes st.pod of a staged
-// pod clears st.view).
+// as long as the pod does not change and a stage waits to play on it
+// (whoever changes st.pod of a staged pod clears st.view).
 func viewLocked(st *simPod) (*stage.Object, []byte, error) {
 	if st.view == nil {
 		raw, err := json.Marshal(st.pod)
@@ -224,6 +246,13 @@ func viewLocked(st *simPod) (*stage.Object, []byte, error) {
 		st.view, st.viewRaw = view, raw
 	}
 	return st.view, st.viewRaw, nil
+}
+
+// forgetView drops the pod's view once no stage waits to play on it: most
+// pods wait long between changes (a Running pod, until it is deleted), and
+// a view costs several times the pod it shows.
+func forgetView(st *simPod) {
+	st.view, st.viewRaw = nil, nil
 }
 
 // metaOf is the pod's identity, copied under the lock for an effect that
@@ -256,6 +285,20 @@ func (p *Provider) runEffects(logger klog.Logger, effects []func(context.Context
 func (p *Provider) endStagedLocked(st *simPod, at time.Time) {
 	p.terminateLocked(st, at)
 	st.step = stepNone
+}
+
+// endAfterFailedDelete ends, with its final status, a pod being deleted
+// that the provider let go when its stage deleted it, but whose delete the
+// API refused: the pod controller, told the pod stopped, deletes it from
+// the API itself, retrying as it retries its own writes.
+func (p *Provider) endAfterFailedDelete(logger klog.Logger, st *simPod, at time.Time) {
+	p.mu.Lock()
+	if !st.finished {
+		setFinished(st.pod, at)
+	}
+	p.queueNotify(st.pod)
+	p.unlockAndNotify()
+	logger.V(4).Info("Simulated pod terminated; the pod controller deletes it")
 }
 
 // stagedMetaChanged tells whether an update of the pod changes what
@@ -305,7 +348,7 @@ func (p *Provider) rematchLater(logger klog.Logger, st *simPod, now time.Time) {
 // pod-delete) say when it ends. The caller holds the lock, which is
 // released.
 func (p *Provider) deleteStagedLocked(logger klog.Logger, st *simPod, pod *corev1.Pod, now time.Time) error {
-	st.view = nil // DeletePod has set its deletion
+	forgetView(st) // DeletePod has set its deletion
 	g, ok := podrules.GracePeriod(pod)
 	if ok && g <= 0 || len(p.podStages()) == 0 {
 		// Gone from the API, deleted at once, or no stage left to play

@@ -42,12 +42,14 @@ func inlineStages(t testing.TB, y string) stage.Lifecycle {
 	return l
 }
 
-// fakeAPI records what stages ask of the API server.
+// fakeAPI records what stages ask of the API server; with deleteErr, it
+// refuses every delete.
 type fakeAPI struct {
-	mu      sync.Mutex
-	calls   []string
-	events  []string
-	deleted []string
+	mu        sync.Mutex
+	calls     []string
+	events    []string
+	deleted   []string
+	deleteErr error
 }
 
 func (f *fakeAPI) PatchPod(_ context.Context, pod *corev1.Pod, pt types.PatchType, data []byte) error {
@@ -61,7 +63,7 @@ func (f *fakeAPI) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.deleted = append(f.deleted, pod.Name)
-	return nil
+	return f.deleteErr
 }
 
 func (f *fakeAPI) Event(_ runtime.Object, eventtype, reason, _ string) {
@@ -304,6 +306,9 @@ func TestStagesFinalizersAndDeleteThroughAPI(t *testing.T) {
 	if _, err := p.GetPod(ctx, "ns", "p"); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("GetPod: %v, want the pod ended", err)
 	}
+	if _, _, deleted := api.snapshot(); len(deleted) != 1 || deleted[0] != "p" {
+		t.Errorf("deleted %v, want p through the API", deleted)
+	}
 
 	// A stage's delete of a pod not being deleted goes to the API.
 	ev := testPod("ev", "", "")
@@ -313,10 +318,107 @@ func TestStagesFinalizersAndDeleteThroughAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.rearming.Wait()
-	if _, _, deleted := api.snapshot(); len(deleted) != 1 || deleted[0] != "ev" {
+	if _, _, deleted := api.snapshot(); len(deleted) != 2 || deleted[1] != "ev" {
 		t.Errorf("deleted %v, want ev through the API", deleted)
 	}
 	mustGet(t, p, "ev") // until the API's delete comes back
+}
+
+// With an API client, kwok's pod-delete deletes a pod being deleted in
+// the API, as kwok does, and the provider lets it go with the status the
+// stages made: no final status is reported, so none is written before the
+// delete. If the API refuses the delete, the pod ends with its final
+// status, and the pod controller deletes it.
+func TestStagesDeleteBeingDeletedThroughAPI(t *testing.T) {
+	ctx := context.Background()
+	api := &fakeAPI{}
+	p, _, rec := newTest(t, func(o *Options) {
+		o.Stages = kwokSet(t, "pod/fast")
+		o.API = api
+	})
+	for _, name := range []string{"a", "b"} {
+		if err := p.CreatePod(ctx, testPod(name, "100m", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.rearming.Wait()
+	notified := len(rec.phases())
+
+	if err := p.DeletePod(ctx, deleting(testPod("a", "100m", ""), t0, 30)); err != nil {
+		t.Fatal(err)
+	}
+	p.rearming.Wait()
+	if _, err := p.GetPod(ctx, "ns", "a"); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("GetPod after pod-delete: %v, want not found", err)
+	}
+	if _, _, deleted := api.snapshot(); len(deleted) != 1 || deleted[0] != "a" {
+		t.Fatalf("deleted %v, want a through the API", deleted)
+	}
+	if phases := rec.phases(); len(phases) != notified {
+		t.Errorf("notified %v after the delete, want nothing more (no final status before kwok's delete)", phases[notified:])
+	}
+
+	api.mu.Lock()
+	api.deleteErr = errors.New("the API server is away")
+	api.mu.Unlock()
+	if err := p.DeletePod(ctx, deleting(testPod("b", "100m", ""), t0, 30)); err != nil {
+		t.Fatal(err)
+	}
+	p.rearming.Wait()
+	if _, err := p.GetPod(ctx, "ns", "b"); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("GetPod after pod-delete: %v, want not found", err)
+	}
+	if last := rec.last(); last == nil || last.Name != "b" || last.DeletionTimestamp == nil {
+		t.Errorf("last notification %v, want b's final status after the refused delete", last)
+	} else {
+		stopped(t, last)
+	}
+	// What both held was released: the next two pods take their IPs.
+	for _, name := range []string{"c", "d"} {
+		if err := p.CreatePod(ctx, testPod(name, "100m", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ip := mustGet(t, p, "d").Status.PodIP; ip != "10.0.0.2" && ip != "10.0.0.1" {
+		t.Errorf("d's IP %s, want one of the released 10.0.0.1 and 10.0.0.2", ip)
+	}
+}
+
+// A pod keeps its view (the pod decoded as stages see it) only while a
+// stage waits to play on it: a Running pod that nothing matches holds
+// none.
+func TestStagesViewNotKeptWhileNothingWaits(t *testing.T) {
+	ctx := context.Background()
+	p, clk, _ := newTest(t, func(o *Options) { o.Stages = kwokSet(t, "pod/general") })
+	if err := p.CreatePod(ctx, testPod("web", "100m", "")); err != nil {
+		t.Fatal(err)
+	}
+	view := func() (*stage.Object, step) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		st := p.pods["ns/web"]
+		return st.view, st.step
+	}
+	if v, s := view(); v == nil || s != stepStage {
+		t.Fatalf("view %v, step %v before pod-create plays; want the view kept while the stage waits", v, s)
+	}
+	for range 30 {
+		advance(p, clk, time.Second)
+	}
+	if phase := mustGet(t, p, "web").Status.Phase; phase != corev1.PodRunning {
+		t.Fatalf("phase %s, want Running", phase)
+	}
+	if v, s := view(); v != nil || s != stepNone {
+		t.Errorf("view %v, step %v once Running; want no view kept and no step", v, s)
+	}
+	// Deleted, it is matched again from the pod itself.
+	if err := p.DeletePod(ctx, deleting(testPod("web", "100m", ""), clk.Now(), 30)); err != nil {
+		t.Fatal(err)
+	}
+	advance(p, clk, 31*time.Second)
+	if _, err := p.GetPod(ctx, "ns", "web"); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("GetPod after pod-delete: %v, want not found", err)
+	}
 }
 
 const kwokPodDelete = `apiVersion: kwok.x-k8s.io/v1alpha1
