@@ -3,11 +3,15 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -437,6 +441,67 @@ func (c *cluster) requestsByKind(ctx context.Context) (map[string]float64, error
 		out[kind] += v
 	})
 	return out, err
+}
+
+// phaseRequests records in a result the requests the API server served
+// over each phase, by kind: start before the phase, end after it.
+type phaseRequests struct {
+	cl     *cluster
+	r      *result
+	before map[string]float64
+}
+
+func (p *phaseRequests) start(ctx context.Context) (err error) {
+	p.before, err = p.cl.requestsByKind(ctx)
+	return err
+}
+
+// end records the phase's requests per unit (a pod, a node-minute) and
+// logs the commonest.
+func (p *phaseRequests) end(ctx context.Context, agent, phase, per string, units float64) error {
+	after, err := p.cl.requestsByKind(ctx)
+	if err != nil {
+		return err
+	}
+	perUnit := requestsPer(p.before, after, units)
+	if p.r.Requests == nil {
+		p.r.Requests = map[string]map[string]float64{}
+	}
+	p.r.Requests[phase] = perUnit
+	logf("%s: %s phase, requests %s: %s", agent, phase, per, topRequests(perUnit, 8))
+	return nil
+}
+
+// requestsPer is the requests of each kind between two counts of
+// requestsByKind, per unit, to the thousandth; kinds below that are left
+// out.
+func requestsPer(before, after map[string]float64, units float64) map[string]float64 {
+	out := map[string]float64{}
+	if units <= 0 {
+		return out
+	}
+	for kind, n := range after {
+		if v := math.Round((n-before[kind])/units*1000) / 1000; v > 0 {
+			out[kind] = v
+		}
+	}
+	return out
+}
+
+// topRequests is the n commonest kinds of perUnit, commonest first.
+func topRequests(perUnit map[string]float64, n int) string {
+	kinds := slices.Collect(maps.Keys(perUnit))
+	slices.SortFunc(kinds, func(a, b string) int {
+		if c := cmp.Compare(perUnit[b], perUnit[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, k := range kinds[:min(n, len(kinds))] {
+		parts = append(parts, fmt.Sprintf("%s %.3f", k, perUnit[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // podRequests is the apiserver's count so far of the requests on pods by

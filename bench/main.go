@@ -112,6 +112,14 @@ type result struct {
 	DeleteDeletesPerPod      float64 `json:"deletePhaseAgentDeletesPerPod"`
 	DeleteNotFoundPerPod     float64 `json:"deletePhaseDeletes404PerPod"`
 
+	// Requests is what the API server served in each phase, by kind
+	// ("PATCH pods/status"): per pod created in "pods" (from the first
+	// create to all Running) and per pod deleted in "delete", per node
+	// per minute in "steady". The agent's requests and the cluster's
+	// own: the bench's create and delete of each pod, the scheduler's
+	// binding, the controllers' and the bench's reads.
+	Requests map[string]map[string]float64 `json:"requestsByPhase,omitempty"`
+
 	// HeapAtPodPeak is the agent's heap profile once every pod is
 	// Running (--heap-profile: nodelet's kubelet API, kwok's server).
 	HeapAtPodPeak *heapSummary `json:"heapAtPodPeak,omitempty"`
@@ -507,6 +515,10 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	if err != nil {
 		return r, err
 	}
+	kinds := phaseRequests{cl: cl, r: &r}
+	if err := kinds.start(ctx); err != nil {
+		return r, err
+	}
 	p50, p99, tail, err := cl.createPods(ctx, nodeNames, o.pods)
 	if err != nil {
 		return r, err
@@ -529,6 +541,9 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	logf("%s: pod phase %.1fs: apiserver %.2f cores, agent %.2f cores, %.0f pod writes/s at %.1f ms mean", agent,
 		r.PodPhaseSeconds, r.PodPhaseAPIServerCores, r.PodPhaseAgentCores, r.PodPhaseWritesPerSec, r.PodPhaseWriteLatencyMs)
 	logf("%s: %d pods Running: p50 %.3fs p99 %.3fs, last create to all Running %.3fs", agent, o.pods, p50, p99, tail)
+	if err := kinds.end(ctx, agent, "pods", "per pod created", float64(o.pods)); err != nil {
+		return r, err
+	}
 	if heap != nil {
 		r.HeapAtPodPeak = heap.peakHeap(ctx, profilePath(o.out, "heap", profiled, o.nodes, o.pods))
 	}
@@ -537,7 +552,13 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	if err != nil {
 		return r, err
 	}
+	if err := kinds.start(ctx); err != nil {
+		return r, err
+	}
 	if r.LastDeleteToGone, err = cl.deletePods(ctx, o.pods); err != nil {
+		return r, err
+	}
+	if err := kinds.end(ctx, agent, "delete", "per pod deleted", float64(o.pods)); err != nil {
 		return r, err
 	}
 	requests1, err := cl.podRequests(ctx)
@@ -567,7 +588,13 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 			heap.saveCPUProfile(ctx, d, profilePath(o.out, "cpu", profiled, o.nodes, o.pods))
 		}()
 	}
+	if err := kinds.start(ctx); err != nil {
+		return r, err
+	}
 	writes, lapses, err := cl.steady(ctx, o.steady)
+	if err == nil {
+		err = kinds.end(ctx, agent, "steady", "per node per minute", float64(o.nodes)*o.steady.Minutes())
+	}
 	if cpuProfile != nil {
 		<-cpuProfile
 	}

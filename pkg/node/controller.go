@@ -193,8 +193,10 @@ type nodeState struct {
 	template  *corev1.Node // never modified
 	provider  provider.NodeProvider
 	takenOver bool
-	// seen is Node.Seen until the node is adopted; guarded by mu.
-	seen *corev1.Node
+	// seen is Node.Seen until the node is adopted, and known the Node as
+	// its adoption left it, read by the first status write in place of a
+	// GET; both guarded by mu.
+	seen, known *corev1.Node
 	// stop ends what was started for the node (its provider's
 	// notifications); set under the controller's mu once Run started.
 	stop context.CancelFunc

@@ -135,36 +135,48 @@ func TestTakenOverNodeAdoptedFromWhatWasSeen(t *testing.T) {
 	}
 }
 
-// As the kubelet, a status write reads the Node from the API server's
-// cache (resourceVersion 0) and, after a conflict (the cache was behind),
-// from etcd.
+// A status write reads the Node from the API server's cache first
+// (resourceVersion 0, as the kubelet), or takes the Node as its adoption
+// just left it; after a conflict (the copy was behind) it reads from etcd.
 func TestStatusReadFromTheCacheFirst(t *testing.T) {
-	theirs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", UID: "their-uid"}}
-	client := newFakeClient(true, theirs)
-	var conflicts atomic.Int32
-	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "status" && conflicts.Add(1) == 1 {
-			return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "kwok-0", errors.New("the object has been modified"))
-		}
-		return false, nil, nil
-	})
-	c, err := NewController(client, []Node{{Template: template("kwok-0"), Provider: &fakeProvider{}, TakenOver: true, Seen: theirs}}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, c)
-	waitReady(t, c)
-	var reads []string
-	for _, a := range client.Actions() {
-		if g, ok := a.(k8stesting.GetActionImpl); ok && a.GetResource().Resource == "nodes" {
-			reads = append(reads, "rv="+g.GetOptions.ResourceVersion)
-		}
-		if a.GetVerb() == "patch" && a.GetSubresource() == "status" && len(reads) >= 2 {
-			break // the first status written
-		}
-	}
-	if want := []string{"rv=0", "rv="}; !slices.Equal(reads, want) {
-		t.Errorf("reads of the Node for its first status %v, want %v", reads, want)
+	for _, known := range []bool{false, true} {
+		t.Run(fmt.Sprintf("known=%v", known), func(t *testing.T) {
+			theirs := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", UID: "their-uid"}}
+			client := newFakeClient(true, theirs)
+			var patches atomic.Int32
+			client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "status" && patches.Add(1) == 1 {
+					return true, nil, apierrors.NewConflict(corev1.Resource("nodes"), "kwok-0", errors.New("the object has been modified"))
+				}
+				return false, nil, nil
+			})
+			c, err := NewController(client, []Node{{Template: template("kwok-0"), Provider: &fakeProvider{}, TakenOver: true}}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.queue.ShutDown()
+			n := c.node("kwok-0")
+			if known {
+				n.known = theirs.DeepCopy()
+			}
+			status := &corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}
+			if _, err := c.writeStatus(context.Background(), n, "their-uid", status); err != nil {
+				t.Fatal(err)
+			}
+			var reads []string
+			for _, a := range client.Actions() {
+				if g, ok := a.(k8stesting.GetActionImpl); ok && a.GetResource().Resource == "nodes" {
+					reads = append(reads, "rv="+g.GetOptions.ResourceVersion)
+				}
+			}
+			want := []string{"rv=0", "rv="}
+			if known {
+				want = []string{"rv="}
+			}
+			if !slices.Equal(reads, want) || patches.Load() != 2 {
+				t.Errorf("reads of the Node %v and %d status patches, want %v and 2 (a conflict, then the write)", reads, patches.Load(), want)
+			}
+		})
 	}
 }
 

@@ -163,9 +163,10 @@ func (c *Controller) register(ctx context.Context, desired *corev1.Node) (types.
 }
 
 // adopt adds to the existing Node what it lacks of desired (adoptPatch)
-// and returns its UID and the Node as it was read: seen, when given and
-// still current, else from the API. A taken-over Node that is missing
-// gives errNodeGone: it is never created.
+// and returns its UID and the Node: as the API answered the patch, or as
+// it was read when nothing was missing (seen, when given, else from the
+// API). A taken-over Node that is missing gives errNodeGone: it is never
+// created.
 func (c *Controller) adopt(ctx context.Context, desired, seen *corev1.Node, takenOver bool) (types.UID, *corev1.Node, error) {
 	nodes := c.client.CoreV1().Nodes()
 	current := seen
@@ -190,7 +191,7 @@ func (c *Controller) adopt(ctx context.Context, desired, seen *corev1.Node, take
 			current = nil
 			return err
 		}
-		uid = adopted.UID
+		uid, current = adopted.UID, adopted
 		return nil
 	})
 	if takenOver && apierrors.IsNotFound(err) {

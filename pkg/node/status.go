@@ -45,8 +45,8 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 		var err error
 		var created *corev1.NodeStatus
 		var kept *keptFields
+		var current *corev1.Node
 		if n.takenOver {
-			var current *corev1.Node
 			if uid, current, err = c.adopt(ctx, desired, seen, true); err != nil {
 				return 0, fmt.Errorf("adopt node: %w", err)
 			}
@@ -55,7 +55,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
-		n.kept, n.seen = kept, nil
+		n.kept, n.seen, n.known = kept, nil, current
 		n.uid, n.lease, n.applied = uid, nil, newAppliedStatus(created)
 		n.appliedAt, n.forceReport = c.spread(c.opts.Clock.Now()), false
 		n.mu.Unlock()
@@ -178,18 +178,23 @@ func (c *Controller) forceReport(n *nodeState) {
 
 // writeStatus writes desired onto the Node with a three-way patch, from a
 // new copy of the Node each attempt, retrying on Conflict. It returns the
-// status written, with its condition times. As the kubelet, it reads the
-// Node from the API server's cache first (resourceVersion 0, no read from
-// etcd), and from etcd after a conflict: the patch carries the resourceVersion
-// read, so a stale copy is never written over.
+// status written, with its condition times. The first attempt takes the
+// Node as its adoption left it, if it was just adopted, else, as the
+// kubelet, reads it from the API server's cache (resourceVersion 0, no
+// read from etcd); after a conflict it reads from etcd. The patch carries
+// the resourceVersion read, so a stale copy is never written over.
 func (c *Controller) writeStatus(ctx context.Context, n *nodeState, uid types.UID, desired *corev1.NodeStatus) (*corev1.NodeStatus, error) {
 	nodes := c.client.CoreV1().Nodes()
 	name := n.name
 	var written *corev1.NodeStatus
-	cached := true
+	n.mu.Lock()
+	known := n.known
+	n.known = nil
+	n.mu.Unlock()
+	cached := known == nil
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var current *corev1.Node
-		var err error
+		current, err := known, error(nil)
+		known = nil
 		if cached {
 			cached = false
 			current, err = nodes.Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})

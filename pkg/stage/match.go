@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -241,13 +242,14 @@ func (r *requirement) isValue(v any) bool {
 // query that fails on this object (iterating over a missing list, say)
 // has no results.
 //
-// A query runs at most queryTimeout and keeps at most maxResults: stages
-// from the cluster are anyone's, and jq can loop.
+// A query runs at most queryBudget of jq's instructions and keeps at most
+// maxResults: stages from the cluster are anyone's, and jq can loop. The
+// bound is the work done, not the time taken: a wall-clock timeout cut
+// short, on a busy machine, queries that take microseconds, and the pods
+// they failed to match stayed Pending for good.
 func query(q *gojq.Code, obj *Object) []any {
-	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-	defer cancel()
 	var out []any
-	iter := q.RunWithContext(ctx, obj.data)
+	iter := q.RunWithContext(&stepBudget{Context: context.Background(), left: queryBudget}, obj.data)
 	for len(out) < maxResults {
 		v, ok := iter.Next()
 		if !ok {
@@ -264,9 +266,39 @@ func query(q *gojq.Code, obj *Object) []any {
 }
 
 const (
-	queryTimeout = 100 * time.Millisecond
-	maxResults   = 1024
+	queryBudget = 1_000_000
+	maxResults  = 1024
 )
+
+// stepBudget is a context that jq sees cancelled once it has run left
+// instructions: gojq asks for Done before each one.
+type stepBudget struct {
+	context.Context
+	left int
+}
+
+// spent is Done's channel once the budget is spent.
+var spent = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+var errBudgetSpent = errors.New("the query ran out of its instructions")
+
+func (b *stepBudget) Done() <-chan struct{} {
+	if b.left--; b.left < 0 {
+		return spent
+	}
+	return nil // never ready
+}
+
+func (b *stepBudget) Err() error {
+	if b.left < 0 {
+		return errBudgetSpent
+	}
+	return nil
+}
 
 // Weight is the stage's weight for obj: weightFrom's value when it reads
 // a number, else spec.weight; ok is false when weightFrom reads a value

@@ -780,3 +780,24 @@ spec:
 		t.Error("runaway queries: no match, want the first to find p among its first results and the second none")
 	}
 }
+
+// A query's bound is the work it does, not the time it takes: one well
+// within the budget matches however long a busy machine makes it take
+// (a wall-clock timeout of 100 ms left pods of a busy run Pending for
+// good; this query takes about that long on an idle machine).
+func TestQueryBoundByWorkNotTime(t *testing.T) {
+	s := mustStage(t, `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: heavy}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '[range(200000)] | length', operator: In, values: ["200000"]}
+`)
+	o, _ := NewObject(testPod())
+	start := time.Now()
+	if !s.Matches(o) {
+		t.Errorf("a query within its budget did not match (it took %s)", time.Since(start))
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -61,10 +60,11 @@ type nodeStaging struct {
 }
 
 // mergedStatus is what the stages rendered (status) merged into what the
-// provider describes (in): out.
+// provider describes (in, its protobuf encoding: canonical, and cheaper to
+// make and compare than the status itself): out.
 type mergedStatus struct {
-	status  []byte
-	in, out corev1.NodeStatus
+	status, in []byte
+	out        corev1.NodeStatus
 }
 
 // nodeStages is the stages for Nodes in force now.
@@ -269,12 +269,18 @@ func (p *Provider) applyNodeStages(node *corev1.Node) {
 	if status == nil {
 		return
 	}
-	if last != nil && bytes.Equal(last.status, status) && equality.Semantic.DeepEqual(last.in, node.Status) {
+	failed := func(err error) {
+		klog.Background().Error(err, "Cannot apply what the node's stages rendered to its status", "node", p.opts.NodeName)
+	}
+	in, err := node.Status.Marshal()
+	if err != nil {
+		failed(err)
+		return
+	}
+	if last != nil && bytes.Equal(last.status, status) && bytes.Equal(last.in, in) {
 		node.Status = *last.out.DeepCopy()
 		return
 	}
-	in := node.Status.DeepCopy()
-	logger := klog.Background().WithValues("node", p.opts.NodeName)
 	raw, err := json.Marshal(&corev1.Node{Status: node.Status})
 	if err == nil {
 		raw, err = stage.Apply(raw, "Node", &stage.Patch{Type: types.StrategicMergePatchType, Subresource: "status", Data: status})
@@ -284,13 +290,13 @@ func (p *Provider) applyNodeStages(node *corev1.Node) {
 		err = json.Unmarshal(raw, &staged)
 	}
 	if err != nil {
-		logger.Error(err, "Cannot apply what the node's stages rendered to its status")
+		failed(err)
 		return
 	}
 	// What pods are admitted against stays what is reported.
 	staged.Status.Capacity, staged.Status.Allocatable = node.Status.Capacity, node.Status.Allocatable
 	node.Status = staged.Status
 	p.mu.Lock()
-	p.node.merged = &mergedStatus{status: status, in: *in, out: *staged.Status.DeepCopy()}
+	p.node.merged = &mergedStatus{status: status, in: in, out: *staged.Status.DeepCopy()}
 	p.mu.Unlock()
 }
