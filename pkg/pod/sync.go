@@ -194,9 +194,10 @@ func failed(pod *corev1.Pod, reason, message string) *corev1.Pod {
 }
 
 // finishDeletion removes a pod whose containers have all stopped from the
-// API, as the kubelet does once termination is complete. The final status
-// its provider reported goes first, unless the status worker has written
-// it already: a pod kept by a finalizer shows how its containers ended.
+// API, as the kubelet does once termination is complete, unless it was
+// deleted with no grace already. The final status its provider reported
+// goes first, unless the status worker has written it already: a pod kept
+// by a finalizer shows how its containers ended.
 // Once the API has answered, the record says so: the pod is not deleted
 // again.
 func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *corev1.Pod) error {
@@ -213,6 +214,13 @@ func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *co
 		if err := c.writeReport(ctx, key, rec, pod); err != nil {
 			return err
 		}
+	}
+	if g := pod.DeletionGracePeriodSeconds; g != nil && *g == 0 {
+		// Deleted with no grace already (by a kwok stage, or forced): the
+		// API removes it by itself, once no finalizer holds it. Another
+		// delete would only be answered 404.
+		rec.deleted = true
+		return nil
 	}
 	var zero int64
 	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
