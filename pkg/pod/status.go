@@ -101,6 +101,7 @@ func changedSince(pod *corev1.Pod, rv string) bool {
 // caller to stamp.
 func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus {
 	want := reported.DeepCopy()
+	pairIPs(want)
 	cur := &pod.Status
 	if want.QOSClass == "" {
 		want.QOSClass = cur.QOSClass
@@ -144,6 +145,26 @@ func mergeStatus(pod *corev1.Pod, reported *corev1.PodStatus) *corev1.PodStatus 
 	}
 	want.Conditions = conds
 	return want
+}
+
+// pairIPs fills podIPs from podIP and hostIPs from hostIP, or the other way
+// round, as the API server does when it stores a status that has only one
+// of a pair (kwok's general stages write podIP alone; so may a provider).
+// Left unpaired, the status would differ from the API's at every
+// comparison, and be written again at every event of the pod.
+func pairIPs(s *corev1.PodStatus) {
+	switch {
+	case len(s.PodIPs) == 0 && s.PodIP != "":
+		s.PodIPs = []corev1.PodIP{{IP: s.PodIP}}
+	case s.PodIP == "" && len(s.PodIPs) > 0:
+		s.PodIP = s.PodIPs[0].IP
+	}
+	switch {
+	case len(s.HostIPs) == 0 && s.HostIP != "":
+		s.HostIPs = []corev1.HostIP{{IP: s.HostIP}}
+	case s.HostIP == "" && len(s.HostIPs) > 0:
+		s.HostIP = s.HostIPs[0].IP
+	}
 }
 
 // consistentReady makes ContainersReady and Ready agree with the container
