@@ -193,10 +193,11 @@ type nodeState struct {
 	template  *corev1.Node // never modified
 	provider  provider.NodeProvider
 	takenOver bool
-	// seen is Node.Seen until the node is adopted, and known the Node as
-	// its adoption left it, read by the first status write in place of a
-	// GET; both guarded by mu.
-	seen, known *corev1.Node
+	// known is the Node as the agent last had it without a GET: Node.Seen
+	// until the node is adopted, read by the adoption, then the Node as the
+	// adoption left it, read by the first status write, which drops it.
+	// Guarded by mu.
+	known *corev1.Node
 	// stop ends what was started for the node (its provider's
 	// notifications); set under the controller's mu once Run started.
 	stop context.CancelFunc
@@ -305,7 +306,7 @@ func (c *Controller) newState(n Node) (*nodeState, error) {
 		return nil, fmt.Errorf("node %s has no provider", name)
 	}
 	c.gen++
-	return &nodeState{name: name, gen: c.gen, template: n.Template, provider: n.Provider, takenOver: n.TakenOver, seen: n.Seen}, nil
+	return &nodeState{name: name, gen: c.gen, template: n.Template, provider: n.Provider, takenOver: n.TakenOver, known: n.Seen}, nil
 }
 
 // retryBackoff is the per-task delay after failures: 200ms, doubling on

@@ -38,7 +38,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 	desired := c.desiredNode(ctx, n)
 
 	n.mu.Lock()
-	uid, applied, appliedAt, forced, seen := n.uid, n.applied, n.appliedAt, n.forceReport, n.seen
+	uid, applied, appliedAt, forced, known := n.uid, n.applied, n.appliedAt, n.forceReport, n.known
 	n.mu.Unlock()
 
 	if uid == "" {
@@ -47,7 +47,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 		var kept *keptFields
 		var current *corev1.Node
 		if n.takenOver {
-			if uid, current, err = c.adopt(ctx, desired, seen, true); err != nil {
+			if uid, current, err = c.adopt(ctx, desired, known, true); err != nil {
 				return 0, fmt.Errorf("adopt node: %w", err)
 			}
 			kept = keptFrom(current)
@@ -55,7 +55,7 @@ func (c *Controller) syncStatus(ctx context.Context, n *nodeState) (time.Duratio
 			return 0, fmt.Errorf("register node: %w", err)
 		}
 		n.mu.Lock()
-		n.kept, n.seen, n.known = kept, nil, current
+		n.kept, n.known = kept, current
 		n.uid, n.lease, n.applied = uid, nil, newAppliedStatus(created)
 		n.appliedAt, n.forceReport = c.spread(c.opts.Clock.Now()), false
 		n.mu.Unlock()

@@ -303,20 +303,10 @@ func TestFinalDeleteIsSentOnce(t *testing.T) {
 	deleting := running.DeepCopy()
 	now := metav1.Now()
 	deleting.DeletionTimestamp = &now
-	client := fake.NewClientset(deleting.DeepCopy())
-	factory := informers.NewSharedInformerFactory(client, 0)
 	// The provider has stopped the pod and forgotten it; its final status
-	// came with the notification.
-	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": newFakeProvider()},
-		record.NewFakeRecorder(100), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The cache is never started: it keeps the pod as it was before any
-	// write, as a cache that has not caught up does.
-	if err := c.informer.GetIndexer().Add(deleting.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
+	// came with the notification. The cache keeps the pod as it was before
+	// any write, as a cache that has not caught up does.
+	client, c := newIdleController(t, newFakeProvider(), deleting)
 	final := deleting.DeepCopy()
 	final.Status.Phase = corev1.PodSucceeded
 	final.Status.ContainerStatuses[0].Ready = false
@@ -352,16 +342,7 @@ func TestNoDeleteAfterADeleteWithNoGrace(t *testing.T) {
 	now := metav1.Now()
 	var zero int64
 	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, &zero
-	client := fake.NewClientset(pod.DeepCopy())
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := NewController(client, factory.Core().V1().Pods(), map[string]provider.PodLifecycleHandler{"n": newFakeProvider()},
-		record.NewFakeRecorder(100), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.informer.GetIndexer().Add(pod.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
+	client, c := newIdleController(t, newFakeProvider(), pod)
 	if err := c.sync(context.Background(), "ns/p"); err != nil {
 		t.Fatal(err)
 	}

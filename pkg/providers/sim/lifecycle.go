@@ -287,10 +287,17 @@ func (p *Provider) finishLocked(st *simPod) {
 // terminateLocked ends a deleted pod at `at`: it is removed, what it held
 // is released and its final status queued for notification.
 func (p *Provider) terminateLocked(st *simPod, at time.Time) {
+	p.removeLocked(st)
+	p.notifyStoppedLocked(st, at)
+}
+
+// notifyStoppedLocked queues the final status of a pod removed: its
+// containers stopped at `at`, unless it had finished before. The caller
+// holds the lock.
+func (p *Provider) notifyStoppedLocked(st *simPod, at time.Time) {
 	if !st.finished {
 		setFinished(st.pod, at)
 	}
-	p.removeLocked(st)
 	p.queueNotify(st.pod)
 }
 

@@ -293,10 +293,7 @@ func (p *Provider) endStagedLocked(st *simPod, at time.Time) {
 // the API itself, retrying as it retries its own writes.
 func (p *Provider) endAfterFailedDelete(logger klog.Logger, st *simPod, at time.Time) {
 	p.mu.Lock()
-	if !st.finished {
-		setFinished(st.pod, at)
-	}
-	p.queueNotify(st.pod)
+	p.notifyStoppedLocked(st, at)
 	p.unlockAndNotify()
 	logger.V(4).Info("Simulated pod terminated; the pod controller deletes it")
 }
