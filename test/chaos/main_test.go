@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodelet/nodelet/pkg/providers/process/sandbox"
 	"github.com/nodelet/nodelet/test/crienv"
 	"github.com/nodelet/nodelet/test/fault"
 )
@@ -88,6 +89,12 @@ func run(m *testing.M) int {
 	}
 	defer stopCRI()
 	code = m.Run()
+	// The process agents' pods are gone: their parent cgroups go too
+	// (test/e2e does the same), unless another agent on this host has
+	// pods in them.
+	if err := sandbox.RemoveCgroupParents(sandbox.DefaultCgroupName); err != nil {
+		fmt.Fprintln(os.Stderr, "kept:", err)
+	}
 	return code
 }
 
