@@ -56,6 +56,10 @@ type fakeRuntime struct {
 	// failRemove makes RemoveSandbox remove the sandbox and fail, as an
 	// agent killed right after the removal: its caller never learns.
 	failRemove atomic.Bool
+	// halfRemove makes RemoveSandbox remove the sandbox's container
+	// records and fail with the sandbox dead but still listed, as an agent
+	// killed while the runtime removed it piece by piece.
+	halfRemove atomic.Bool
 	// ensured counts the sandboxes set up (EnsureSandbox calls).
 	ensured atomic.Int32
 	// failSandboxes fails as many sandbox set-ups.
@@ -112,6 +116,13 @@ func (r *fakeRuntime) EnsureSandbox(_ context.Context, spec SandboxSpec) (Sandbo
 func (r *fakeRuntime) RemoveSandbox(_ context.Context, uid types.UID) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if sb := r.sandboxes[uid]; sb != nil && r.halfRemove.Load() {
+		sb.dead.Store(true)
+		sb.mu.Lock()
+		clear(sb.attempts)
+		sb.mu.Unlock()
+		return errors.New("the agent died here")
+	}
 	delete(r.sandboxes, uid)
 	if r.failRemove.Load() {
 		return errors.New("the agent died here")
@@ -917,6 +928,53 @@ func TestDeletionGoesOnAfterRestart(t *testing.T) {
 	defer rt.mu.Unlock()
 	if len(rt.sandboxes) != 0 {
 		t.Errorf("the restarted agent set the deleted pod up again")
+	}
+}
+
+// An agent killed while the runtime removed a deleted pod's sandbox leaves
+// the sandbox listed without its containers' records: the restarted agent
+// reports the final status kept before the removal, not a pod set up anew
+// (Pending, ContainerCreating), and finishes the removal (the agent-kill
+// scenario's status regression).
+func TestHalfRemovedSandboxKeepsTheFinalStatus(t *testing.T) {
+	rt, root := &fakeRuntime{sandboxes: map[types.UID]*fakeSandbox{}}, t.TempDir()
+	first := startLifecycleFixture(t, rt, root)
+	pod := first.runningPod(t, "")
+	rt.halfRemove.Store(true)
+	if err := first.m.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sandbox half removed", func() (bool, string) {
+		sb := rt.sandbox(pod.UID)
+		if sb == nil {
+			return false, "removed whole"
+		}
+		_, ok := sb.Container("app")
+		return !ok, "its records are still there"
+	})
+	first.stop()
+
+	second := startLifecycleFixture(t, rt, root)
+	pods, err := second.m.GetPods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 1 {
+		t.Fatalf("the restarted agent has %d pods, want the deleted one still terminating", len(pods))
+	}
+	if ph := pods[0].Status.Phase; ph != corev1.PodSucceeded && ph != corev1.PodFailed {
+		t.Fatalf("the restarted agent reports the deleted pod %s, want the phase it ended with", ph)
+	}
+	rt.halfRemove.Store(false)
+	eventually(t, "the termination finished", func() (bool, string) {
+		pods, err := second.m.GetPods(context.Background())
+		return err == nil && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
+	})
+	if s := second.status("p"); s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
+		t.Errorf("reported %s, want the phase the pod ended with", s.Phase)
+	}
+	if rt.sandbox(pod.UID) != nil {
+		t.Error("the restarted agent left the sandbox")
 	}
 }
 

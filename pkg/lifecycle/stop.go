@@ -174,14 +174,15 @@ func (w *podWorker) terminate(ctx context.Context, stop *stopActions) error {
 }
 
 // keepFinalStatus marks the pod's containers stopped for good and returns
-// its final status. The final status is computed from the runtime's
-// records, which go with the sandbox: once it is removed, the status
-// computed last is kept, also for a restarted agent (saved before the
-// removal; a failure, say a full disk, does not hold the deletion up).
+// its final status. The final status is computed once, from the runtime's
+// records, which go with the sandbox, and kept, also for a restarted agent
+// (saved before the removal; a failure, say a full disk, does not hold the
+// deletion up). A removal tried again is not computed again: the one cut
+// short may have taken records and left the sandbox.
 func (w *podWorker) keepFinalStatus(ctx context.Context) corev1.PodStatus {
 	w.mu.Lock()
 	w.gone = true
-	recompute := w.sandbox != nil || w.final == nil
+	recompute := w.final == nil
 	w.mu.Unlock()
 	if recompute {
 		w.recordFinalStatus(ctx)

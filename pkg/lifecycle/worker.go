@@ -167,7 +167,7 @@ func (w *podWorker) start() { go w.run(w.deps.ctx) }
 // deleted pod whose sandbox is already gone reports its final status.
 func (w *podWorker) seedStatus() {
 	w.mu.Lock()
-	if w.final != nil && w.sandbox == nil {
+	if w.finalKeptLocked() {
 		w.status = *w.final.DeepCopy()
 		w.mu.Unlock()
 		return
@@ -189,6 +189,15 @@ func (w *podWorker) seedStatus() {
 	w.mu.Lock()
 	w.status = s
 	w.mu.Unlock()
+}
+
+// finalKeptLocked tells whether the final status kept is the pod's status:
+// its sandbox is removed, or the pod is deleted and its containers have
+// stopped (the final status is kept after they stop). The runtime's
+// records are not read again then: a removal cut short (the agent killed,
+// the runtime failing half-way) can leave the sandbox without them.
+func (w *podWorker) finalKeptLocked() bool {
+	return w.final != nil && (w.sandbox == nil || w.deleting)
 }
 
 func (w *podWorker) kick() {
@@ -382,9 +391,9 @@ func (w *podWorker) sync(ctx context.Context) time.Duration {
 // report computes the status and publishes it if it changed.
 func (w *podWorker) report() {
 	w.mu.Lock()
-	if w.final != nil && w.sandbox == nil {
+	if w.finalKeptLocked() {
 		w.mu.Unlock()
-		return // the records it came from are gone
+		return // the records it came from are gone, or going
 	}
 	v := w.viewLocked()
 	w.mu.Unlock()
