@@ -352,3 +352,77 @@ func TestNoDeleteAfterADeleteWithNoGrace(t *testing.T) {
 		}
 	}
 }
+
+// scribbler is a provider that changes every pod it is handed, as the
+// contract lets it: labels, annotations, spec and status.
+type scribbler struct{ *fakeProvider }
+
+func scribble(pod *corev1.Pod) {
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels["scribbled"] = "yes"
+	pod.Spec.Containers[0].Image = "scribbled"
+	pod.Status.Phase = corev1.PodUnknown
+}
+
+func (s scribbler) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	scribble(pod)
+	return s.fakeProvider.CreatePod(ctx, pod)
+}
+
+func (s scribbler) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	scribble(pod)
+	return s.fakeProvider.UpdatePod(ctx, pod)
+}
+
+func (s scribbler) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	scribble(pod)
+	return s.fakeProvider.DeletePod(ctx, pod)
+}
+
+// The sync reads the informer cache's pods without copying them, and
+// hands a provider a copy of its own: what the provider changes never
+// reaches the cache, whether it creates, updates or deletes the pod.
+func TestProviderChangesNeverReachTheCache(t *testing.T) {
+	pod := testPod("a", "n")
+	_, c := newIdleController(t, scribbler{newFakeProvider()}, pod)
+	cached := func() *corev1.Pod {
+		p, err := c.lister.Pods("ns").Get("p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	check := func(step string, want *corev1.Pod) {
+		t.Helper()
+		if got := cached(); !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("after the %s, the cache's pod is %+v, want %+v", step, got, want)
+		}
+	}
+	sync := func() {
+		t.Helper()
+		if err := c.sync(context.Background(), "ns/p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	check("create", pod)
+
+	updated := cached().DeepCopy()
+	updated.Annotations = map[string]string{"new": "annotation"}
+	if err := c.informer.GetIndexer().Update(updated); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	check("update", updated)
+
+	deleting := updated.DeepCopy()
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	if err := c.informer.GetIndexer().Update(deleting); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	check("delete", deleting)
+}

@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -251,13 +252,18 @@ func asStored(status *corev1.PodStatus) (*corev1.PodStatus, []byte, error) {
 }
 
 // statusPatch builds a strategic merge patch from the pod's status to want,
-// guarded by the pod's UID so that it never lands on a replacement.
+// guarded by the pod's UID so that it never lands on a replacement. Only
+// the statuses are marshalled, and the guard is put in front of what the
+// patch holds rather than decoding and encoding the patch again.
 func statusPatch(pod *corev1.Pod, want *corev1.PodStatus) ([]byte, error) {
-	oldJSON, err := json.Marshal(corev1.Pod{Status: pod.Status})
+	type statusOnly struct {
+		Status *corev1.PodStatus `json:"status"`
+	}
+	oldJSON, err := json.Marshal(statusOnly{&pod.Status})
 	if err != nil {
 		return nil, fmt.Errorf("marshal pod status: %w", err)
 	}
-	newJSON, err := json.Marshal(corev1.Pod{Status: *want})
+	newJSON, err := json.Marshal(statusOnly{want})
 	if err != nil {
 		return nil, fmt.Errorf("marshal pod status: %w", err)
 	}
@@ -265,10 +271,16 @@ func statusPatch(pod *corev1.Pod, want *corev1.PodStatus) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create pod status patch: %w", err)
 	}
-	var m map[string]any
-	if err := json.Unmarshal(patch, &m); err != nil {
-		return nil, fmt.Errorf("decode pod status patch: %w", err)
+	uid, err := json.Marshal(string(pod.UID))
+	if err != nil {
+		return nil, fmt.Errorf("marshal pod UID: %w", err)
 	}
-	m["metadata"] = map[string]any{"uid": pod.UID}
-	return json.Marshal(m)
+	out := make([]byte, 0, len(patch)+len(uid)+16)
+	out = append(append(append(out, `{"metadata":{"uid":`...), uid...), '}')
+	if body := bytes.TrimSpace(patch); len(body) > 2 { // more than {}
+		out = append(append(out, ','), body[1:]...)
+	} else {
+		out = append(out, '}')
+	}
+	return out, nil
 }

@@ -38,8 +38,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	rec := c.records.get(key, pod.Spec.NodeName, pod.UID)
-	// From here on, pod is ours to change: never modify the cache's copy.
-	pod = pod.DeepCopy()
+	// pod is the cache's: read only here, and copied for a provider, which
+	// may keep and change what it is handed (most syncs hand it nothing).
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
 	if podrules.IsMirrorPod(pod) {
 		return c.syncMirror(ctx, key, p, pod)
@@ -76,12 +76,12 @@ func (c *Controller) syncPod(ctx context.Context, key string, rec *podRecord, p 
 	}
 	if pod.DeletionTimestamp != nil {
 		// Idempotent: a second delete may only shorten the grace period.
-		if err := p.DeletePod(ctx, pod); err != nil {
+		if err := p.DeletePod(ctx, pod.DeepCopy()); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
 			return fmt.Errorf("stop pod in provider: %w", err)
 		}
 	} else if podChanged(provPod, pod) {
-		if err := p.UpdatePod(ctx, pod); err != nil {
+		if err := p.UpdatePod(ctx, pod.DeepCopy()); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedUpdate", "error updating pod in provider: %v", err)
 			return fmt.Errorf("update pod in provider: %w", err)
 		}
@@ -141,7 +141,7 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 	case finishDel:
 		return c.finishDeletion(ctx, rec, pod)
 	case restorePod:
-		if err := restorer.RestorePod(ctx, pod); err != nil {
+		if err := restorer.RestorePod(ctx, pod.DeepCopy()); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedRestore", "error restoring pod in provider: %v", err)
 			return fmt.Errorf("restore pod in provider: %w", err)
 		}
@@ -159,7 +159,7 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 // with the provider's reason. The status of a provider that pushes comes
 // with its push; that of a polled one is read at once.
 func (c *Controller) createInProvider(ctx context.Context, p provider.PodLifecycleHandler, pod *corev1.Pod) error {
-	err := p.CreatePod(ctx, pod)
+	err := p.CreatePod(ctx, pod.DeepCopy())
 	var rej *provider.Rejection
 	if errors.As(err, &rej) {
 		klog.FromContext(ctx).Info("Provider rejected pod", "reason", rej.Reason, "message", rej.Message)
