@@ -426,3 +426,78 @@ func TestProviderChangesNeverReachTheCache(t *testing.T) {
 	sync()
 	check("delete", deleting)
 }
+
+// sharer is a provider that shares the cache's pods (provider.PodSharer)
+// and keeps the very objects it is handed.
+type sharer struct {
+	*fakeProvider
+	mu     sync.Mutex
+	handed []*corev1.Pod
+}
+
+func (s *sharer) SharesPods() {}
+
+func (s *sharer) hand(pod *corev1.Pod) {
+	s.mu.Lock()
+	s.handed = append(s.handed, pod)
+	s.mu.Unlock()
+}
+
+func (s *sharer) last() *corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.handed) == 0 {
+		return nil
+	}
+	return s.handed[len(s.handed)-1]
+}
+
+func (s *sharer) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	s.hand(pod)
+	return s.fakeProvider.CreatePod(ctx, pod)
+}
+
+func (s *sharer) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	s.hand(pod)
+	return s.fakeProvider.UpdatePod(ctx, pod)
+}
+
+// A provider that shares the cache's pods is handed the cache's own object,
+// and the newer one each time the cache replaces it (its status written),
+// so that it never keeps a replaced object alive beside the cache's.
+func TestSharingProviderKeepsTheCachesObject(t *testing.T) {
+	p := &sharer{fakeProvider: newFakeProvider()}
+	_, c := newIdleController(t, p, testPod("a", "n"))
+	cached := func() *corev1.Pod {
+		pod, err := c.lister.Pods("ns").Get("p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod
+	}
+	sync := func() {
+		t.Helper()
+		if err := c.sync(context.Background(), "ns/p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	if p.last() != cached() {
+		t.Fatal("created with a copy, want the cache's own pod")
+	}
+	written := cached().DeepCopy()
+	written.ResourceVersion = "2"
+	runningStatus(written)
+	if err := c.informer.GetIndexer().Update(written); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	if p.last() != cached() {
+		t.Fatal("the provider keeps the replaced object, want the cache's newer one")
+	}
+	n := len(p.handed)
+	sync()
+	if len(p.handed) != n {
+		t.Error("handed the same object again")
+	}
+}

@@ -38,8 +38,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	rec := c.records.get(key, pod.Spec.NodeName, pod.UID)
-	// pod is the cache's: read only here, and copied for a provider, which
-	// may keep and change what it is handed (most syncs hand it nothing).
+	// pod is the cache's: read only here, and handed to a provider as
+	// handOver says.
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KObj(pod), "node", pod.Spec.NodeName))
 	if podrules.IsMirrorPod(pod) {
 		return c.syncMirror(ctx, key, p, pod)
@@ -76,18 +76,36 @@ func (c *Controller) syncPod(ctx context.Context, key string, rec *podRecord, p 
 	}
 	if pod.DeletionTimestamp != nil {
 		// Idempotent: a second delete may only shorten the grace period.
-		if err := p.DeletePod(ctx, pod.DeepCopy()); err != nil {
+		if err := p.DeletePod(ctx, handOver(p, pod)); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedKillPod", "error killing pod: %v", err)
 			return fmt.Errorf("stop pod in provider: %w", err)
 		}
-	} else if podChanged(provPod, pod) {
-		if err := p.UpdatePod(ctx, pod.DeepCopy()); err != nil {
+	} else if podChanged(provPod, pod) || newerToShare(p, provPod, pod) {
+		if err := p.UpdatePod(ctx, handOver(p, pod)); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedUpdate", "error updating pod in provider: %v", err)
 			return fmt.Errorf("update pod in provider: %w", err)
 		}
 	}
 	c.observed(key, p, provPod)
 	return nil
+}
+
+// handOver is the cache's pod as a provider call gets it: a copy of its
+// own, which the provider may keep and change, unless the provider shares
+// the cache's pods (provider.PodSharer).
+func handOver(p provider.PodLifecycleHandler, pod *corev1.Pod) *corev1.Pod {
+	if _, shares := p.(provider.PodSharer); shares {
+		return pod
+	}
+	return pod.DeepCopy()
+}
+
+// newerToShare tells whether a provider that shares the cache's pods keeps
+// an older object of the pod than the cache now has: it is handed the
+// newer one, so that the cache's replaced object is not kept alive by it.
+func newerToShare(p provider.PodLifecycleHandler, provPod, pod *corev1.Pod) bool {
+	_, shares := p.(provider.PodSharer)
+	return shares && provPod.ResourceVersion != pod.ResourceVersion
 }
 
 // podChanged says whether the provider's copy of a pod is behind the API's
@@ -141,7 +159,7 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 	case finishDel:
 		return c.finishDeletion(ctx, rec, pod)
 	case restorePod:
-		if err := restorer.RestorePod(ctx, pod.DeepCopy()); err != nil {
+		if err := restorer.RestorePod(ctx, handOver(p, pod)); err != nil {
 			c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedRestore", "error restoring pod in provider: %v", err)
 			return fmt.Errorf("restore pod in provider: %w", err)
 		}
@@ -159,7 +177,7 @@ func (c *Controller) syncLost(ctx context.Context, rec *podRecord, p provider.Po
 // with the provider's reason. The status of a provider that pushes comes
 // with its push; that of a polled one is read at once.
 func (c *Controller) createInProvider(ctx context.Context, p provider.PodLifecycleHandler, pod *corev1.Pod) error {
-	err := p.CreatePod(ctx, pod.DeepCopy())
+	err := p.CreatePod(ctx, handOver(p, pod))
 	var rej *provider.Rejection
 	if errors.As(err, &rej) {
 		klog.FromContext(ctx).Info("Provider rejected pod", "reason", rej.Reason, "message", rej.Message)

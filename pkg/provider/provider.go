@@ -74,6 +74,17 @@ type PodRestorer interface {
 	RestorePod(ctx context.Context, pod *corev1.Pod) error
 }
 
+// PodSharer is implemented by a provider that changes no pod it is handed,
+// nor anything a pod points to (it copies what it would change). The pod
+// controller then hands it the informer cache's own pods instead of a copy
+// of each, and, once the cache holds a newer object of a pod the provider
+// runs (its status written, say), hands that over with UpdatePod, so that
+// what the provider keeps of each pod is the cache's current object, not a
+// second copy beside it.
+type PodSharer interface {
+	SharesPods()
+}
+
 // NodeProvider describes one node.
 type NodeProvider interface {
 	// Ping is a cheap health check, called every ping interval. An error

@@ -650,14 +650,19 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 
 // withOwnStatus is pod with a copy of its status. The metadata and spec
 // are shared, not copied: the pods the provider is given are never changed
-// in place (the pod controller hands over its own copies), so neither the
-// provider, which keeps a pod's and replaces only whole fields of its
-// metadata, nor the callers of GetPod, GetPods and the notify function,
-// which get them, change them. A pod the provider keeps thus costs its
-// status, not a copy of the whole pod.
+// in place (SharesPods), so neither the provider, which keeps a pod's and
+// replaces only whole fields of its metadata, nor the callers of GetPod,
+// GetPods and the notify function, which get them, change them. A pod the
+// provider keeps thus costs its status, not a copy of the whole pod.
 func withOwnStatus(pod *corev1.Pod) *corev1.Pod {
 	return &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: *pod.Status.DeepCopy()}
 }
+
+// SharesPods says that the provider changes no pod it is handed
+// (provider.PodSharer): the pod controller hands it the informer cache's
+// pods, and the newer object of each once the cache has one, so that a pod
+// it keeps costs its status alone.
+func (p *Provider) SharesPods() {}
 
 // GetPod returns the pod with a copy of its current status.
 func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -645,4 +646,63 @@ spec:
 		t.Errorf("the event's pod has deletionTimestamp %v, set after the stage played", got)
 	}
 	p.rearming.Wait()
+}
+
+// The provider shares the pods it is handed (SharesPods): the pod
+// controller hands it the informer cache's own objects. Neither the
+// simulation nor any stage set changes them, through create, update,
+// restore and delete.
+func TestPodsHandedOverAreNeverChanged(t *testing.T) {
+	for _, set := range []string{"", "pod/fast", "pod/general"} {
+		t.Run(set, func(t *testing.T) {
+			ctx := context.Background()
+			p, clk, _ := newTest(t, func(o *Options) {
+				if set != "" {
+					o.Stages = kwokSet(t, set)
+					o.Events = &fakeAPI{}
+				}
+			})
+			var handed, before []*corev1.Pod
+			hand := func(pod *corev1.Pod) *corev1.Pod {
+				handed, before = append(handed, pod), append(before, pod.DeepCopy())
+				return pod
+			}
+			web := testPod("web", "100m", "")
+			web.Labels = map[string]string{"app": "web"}
+			web.Annotations = map[string]string{"a": "1"}
+			if err := p.CreatePod(ctx, hand(web)); err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				advance(p, clk, time.Second)
+			}
+			updated := web.DeepCopy()
+			updated.Labels["app"], updated.ResourceVersion = "web2", "2"
+			if err := p.UpdatePod(ctx, hand(updated)); err != nil {
+				t.Fatal(err)
+			}
+			running := mustGet(t, p, "web").DeepCopy()
+			running.Name, running.UID = "restored", "uid-restored"
+			if err := p.RestorePod(ctx, hand(running)); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"web", "restored"} {
+				pod := updated
+				if name == "restored" {
+					pod = running
+				}
+				if err := p.DeletePod(ctx, hand(deleting(pod, clk.Now(), 1))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 40 {
+				advance(p, clk, time.Second)
+			}
+			for i := range handed {
+				if diff := cmp.Diff(before[i], handed[i]); diff != "" {
+					t.Errorf("pod %d handed over (%s) was changed (-before +after):\n%s", i, handed[i].Name, diff)
+				}
+			}
+		})
+	}
 }
