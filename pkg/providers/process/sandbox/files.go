@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodelet/nodelet/pkg/atomicfile"
 )
@@ -138,3 +141,39 @@ func exists(path string) bool {
 }
 
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// lockAttempt takes the lock of the attempt directory dir (flock): the
+// sandbox holds it while it starts the attempt, the agent while it decides
+// that an attempt whose shim does not answer has ended. Either side thus
+// sees the other's decision whole: the agent never records as ended an
+// attempt whose start is under way (an agent killed while the sandbox
+// started one, and the next agent adopting the sandbox meanwhile), and the
+// sandbox never starts an attempt the agent recorded as ended. It waits up
+// to wait, or until ctx ends.
+func lockAttempt(ctx context.Context, dir string, wait time.Duration) (unlock func(), err error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock attempt: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing the descriptor releases the lock
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock attempt %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("lock attempt %s: held for %s", dir, wait)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock attempt %s: %w", dir, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -821,3 +821,60 @@ func TestSandboxOfAnAgentGoneBeforeRecordingEnds(t *testing.T) {
 		t.Error("the sandbox served its socket")
 	}
 }
+
+// An agent killed while the sandbox started an attempt for it leaves the
+// attempt without a shim to follow for a moment. The next agent, adopting
+// the sandbox meanwhile, waits for the start to end (the attempt's lock,
+// which the sandbox holds while it starts it) instead of recording the
+// attempt as ended and starting the container again (the agent-kill
+// scenario's restarted container), and follows the shim once it answers.
+func TestAttemptBeingStartedIsNotTakenForEnded(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	dir := s.attemptDir("app", 0)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockAttempt(e.ctx, dir, time.Second) // the sandbox, starting it
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+	s.watch(ctx, "app", 0)
+	cancel()
+	if exitRecorded(dir) {
+		t.Fatal("the attempt was recorded as ended while its start was under way")
+	}
+	// The start ends: the shim answers.
+	l, err := listenPacket(filepath.Join(dir, shimSock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	unlock()
+	s.watch(e.ctx, "app", 0)
+	if !s.isWatching("app", 0) || exitRecorded(dir) {
+		t.Error("the attempt whose shim answers is not followed")
+	}
+}
+
+// An attempt the agent recorded as ended before the sandbox got to start
+// it is not started.
+func TestEndedAttemptIsNotStarted(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	cfg := shimConfig{Spec: ContainerSpec{Name: "app", Args: []string{"/bin/true"}}, LogPath: filepath.Join(dir, "app.log")}
+	if err := writeJSONAtomic(filepath.Join(dir, configFile), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSONAtomic(filepath.Join(dir, exitFile), exitRecord{ExitCode: 137, Reason: ReasonError}); err != nil {
+		t.Fatal(err)
+	}
+	pid, ended, err := startAttempt(dir, newReaper(), false)
+	if ended != nil {
+		<-ended
+	}
+	if err == nil || pid != 0 {
+		t.Fatalf("started an attempt recorded as ended: pid %d, error %v", pid, err)
+	}
+}

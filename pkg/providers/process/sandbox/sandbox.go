@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -133,17 +134,18 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 			}
 			continue
 		}
-		s.mu.Lock()
-		running := s.watching[attemptKey{spec.Name, a}]
-		s.mu.Unlock()
+		if !s.isWatching(spec.Name, a) {
+			// Left over by a start that never completed, or by one the
+			// sandbox still makes for an agent that died: followed if its
+			// shim answers, else recorded as ended.
+			s.watch(ctx, spec.Name, a)
+		}
+		running := s.isWatching(spec.Name, a)
 		switch {
 		case running && a == spec.Attempt:
 			return nil
 		case running:
 			return fmt.Errorf("container %s: attempt %d is still running", spec.Name, a)
-		default:
-			// Left over by a start that never completed.
-			s.finalize(spec.Name, a)
 		}
 	}
 	if exists(s.attemptDir(spec.Name, spec.Attempt)) {
@@ -284,17 +286,22 @@ func (s *Sandbox) watch(ctx context.Context, name string, attempt int) {
 		return
 	}
 	s.mu.Unlock()
-	c, err := dialPacket(ctx, filepath.Join(s.attemptDir(name, attempt), shimSock))
-	if err == nil {
-		err = sendMsg(c, message{Op: opWait})
-		if err != nil {
-			c.Close()
-		}
-	}
+	c, err := s.follow(ctx, name, attempt)
 	if err != nil {
-		// The shim is gone; it wrote its exit record, or it was killed.
-		s.finalize(name, attempt)
-		return
+		// No shim answers, and the sandbox is not starting it: the shim
+		// is gone; it wrote its exit record, or it was killed. The lock
+		// keeps the sandbox from starting it after all.
+		dir := s.attemptDir(name, attempt)
+		unlock, lerr := lockAttempt(ctx, dir, attemptLockWait)
+		if lerr != nil {
+			klog.FromContext(ctx).Error(lerr, "Attempt neither answers nor ends; leaving it", "container", name, "attempt", attempt)
+			return
+		}
+		defer unlock()
+		if c, err = s.follow(ctx, name, attempt); err != nil {
+			s.finalize(name, attempt)
+			return
+		}
 	}
 	s.mu.Lock()
 	s.watching[key] = true
@@ -320,6 +327,30 @@ func (s *Sandbox) watch(ctx context.Context, name string, attempt int) {
 		}
 	}()
 }
+
+// isWatching tells whether a watcher follows the attempt.
+func (s *Sandbox) isWatching(name string, attempt int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watching[attemptKey{name, attempt}]
+}
+
+// follow dials the shim of the attempt and asks to be told of its end.
+func (s *Sandbox) follow(ctx context.Context, name string, attempt int) (*net.UnixConn, error) {
+	c, err := dialPacket(ctx, filepath.Join(s.attemptDir(name, attempt), shimSock))
+	if err != nil {
+		return nil, err
+	}
+	if err := sendMsg(c, message{Op: opWait}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// attemptLockWait bounds a wait for an attempt's lock (lockAttempt): the
+// other side holds it for one start, or one look.
+const attemptLockWait = 30 * time.Second
 
 // finalize records an attempt whose shim is gone without a record of the
 // exit: it was killed, or its pod sandbox died.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,17 @@ type shim struct {
 func startAttempt(dir string, r *reaper, ownNS bool) (pid int, ended <-chan struct{}, err error) {
 	s := &shim{dir: dir, r: r, ownNS: ownNS, mntNS: -1, exited: make(chan struct{}), attaches: map[*attachClient]struct{}{}}
 	s.logger = klog.Background().WithValues("attempt", dir)
+	// The whole start holds the attempt's lock (lockAttempt): an agent
+	// that finds no shim to follow waits for it before it records the
+	// attempt as ended, and an attempt recorded so is not started.
+	unlock, err := lockAttempt(context.Background(), dir, attemptLockWait)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer unlock()
+	if exists(filepath.Join(dir, exitFile)) {
+		return 0, nil, fmt.Errorf("attempt %s was recorded as ended before it started", dir)
+	}
 	var l *net.UnixListener
 	var waitCh <-chan syscall.WaitStatus
 	err = readJSON(filepath.Join(dir, configFile), &s.cfg)
