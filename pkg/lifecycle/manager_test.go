@@ -901,7 +901,24 @@ func TestDeletionGoesOnAfterRestart(t *testing.T) {
 	})
 	first.stop()
 	events := rt.recorded()
+	restartedAgentFinishesTheDeletion(t, rt, root, &rt.failRemove)
+	if now := rt.recorded(); !slices.Equal(now, events) {
+		t.Errorf("the restarted agent ran the deleted pod's containers: %v after %v", now[len(events):], events)
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.sandboxes) != 0 {
+		t.Errorf("the restarted agent set the deleted pod up again")
+	}
+}
 
+// restartedAgentFinishesTheDeletion starts an agent again over rt and root,
+// where an agent was killed while it removed the deleted pod "p" (the
+// removal fails while failing is set): the restarted agent reports the
+// phase the pod ended with, and once the removal succeeds it finishes the
+// termination with that status.
+func restartedAgentFinishesTheDeletion(t *testing.T, rt *fakeRuntime, root string, failing *atomic.Bool) {
+	t.Helper()
 	second := startLifecycleFixture(t, rt, root)
 	pods, err := second.m.GetPods(context.Background())
 	if err != nil {
@@ -913,21 +930,13 @@ func TestDeletionGoesOnAfterRestart(t *testing.T) {
 	if ph := pods[0].Status.Phase; ph != corev1.PodSucceeded && ph != corev1.PodFailed {
 		t.Fatalf("the restarted agent reports the deleted pod %s, want the phase it ended with", ph)
 	}
-	rt.failRemove.Store(false)
+	failing.Store(false)
 	eventually(t, "the termination finished", func() (bool, string) {
 		pods, err := second.m.GetPods(context.Background())
 		return err == nil && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
 	})
 	if s := second.status("p"); s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
 		t.Errorf("reported %s, want the phase the pod ended with", s.Phase)
-	}
-	if now := rt.recorded(); !slices.Equal(now, events) {
-		t.Errorf("the restarted agent ran the deleted pod's containers: %v after %v", now[len(events):], events)
-	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if len(rt.sandboxes) != 0 {
-		t.Errorf("the restarted agent set the deleted pod up again")
 	}
 }
 
@@ -953,26 +962,7 @@ func TestHalfRemovedSandboxKeepsTheFinalStatus(t *testing.T) {
 		return !ok, "its records are still there"
 	})
 	first.stop()
-
-	second := startLifecycleFixture(t, rt, root)
-	pods, err := second.m.GetPods(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods) != 1 {
-		t.Fatalf("the restarted agent has %d pods, want the deleted one still terminating", len(pods))
-	}
-	if ph := pods[0].Status.Phase; ph != corev1.PodSucceeded && ph != corev1.PodFailed {
-		t.Fatalf("the restarted agent reports the deleted pod %s, want the phase it ended with", ph)
-	}
-	rt.halfRemove.Store(false)
-	eventually(t, "the termination finished", func() (bool, string) {
-		pods, err := second.m.GetPods(context.Background())
-		return err == nil && len(pods) == 0, fmt.Sprintf("%d pods, %v", len(pods), err)
-	})
-	if s := second.status("p"); s.Phase != corev1.PodSucceeded && s.Phase != corev1.PodFailed {
-		t.Errorf("reported %s, want the phase the pod ended with", s.Phase)
-	}
+	restartedAgentFinishesTheDeletion(t, rt, root, &rt.halfRemove)
 	if rt.sandbox(pod.UID) != nil {
 		t.Error("the restarted agent left the sandbox")
 	}
