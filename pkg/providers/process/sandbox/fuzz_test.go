@@ -20,7 +20,8 @@ import (
 // directory it is in, and names no cgroup but that pod's own (the agent
 // kills every process of those cgroups and removes them with the pod); its
 // record encodes to what loads as the same; the attempt, with no shim
-// running, reads as exited with the exit record's figures; and adopting
+// running, reads as exited with the exit record's figures, or, with
+// neither a start nor an exit recorded, is no attempt; and adopting
 // costs memory in proportion to the records.
 func FuzzSandboxRecords(f *testing.F) {
 	good, err := json.Marshal(sandboxRecord{
@@ -65,6 +66,9 @@ func FuzzSandboxRecords(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
+		// An attempt with neither a start nor an exit that reads never
+		// started: it is no attempt.
+		neverStarted := len(start) == 0 && !exitRecorded(attempt)
 		m, err := NewManager(Options{RootDir: root, Exe: "/nonexistent"})
 		if err != nil {
 			t.Fatal(err)
@@ -105,6 +109,12 @@ func FuzzSandboxRecords(f *testing.F) {
 		}
 
 		st, ok := s.Container("c")
+		if neverStarted {
+			if ok {
+				t.Fatalf("an attempt that never started reads as %+v; want none", st)
+			}
+			return
+		}
 		if !ok || st.State != StateExited || st.PID != 0 || st.Attempt != 0 {
 			t.Fatalf("an attempt with no shim reads as %+v, %v; want exited", st, ok)
 		}

@@ -334,7 +334,7 @@ func TestStartInSandboxKilledDuringTheRequestRecordsNoAttempt(t *testing.T) {
 // may have started the container, and a recorded failure would make the
 // next agent restart it. The next agent decides, from what the sandbox
 // runs: here the request never left, so it finds a start that never
-// happened.
+// happened, which is no attempt (the next start takes its number).
 func TestStartCancelledByTheAgentRecordsNoFailure(t *testing.T) {
 	e := newEnv(t, Options{})
 	s := e.sandbox()
@@ -355,8 +355,8 @@ func TestStartCancelledByTheAgentRecordsNoFailure(t *testing.T) {
 	if err != nil || len(all) != 1 {
 		t.Fatalf("Sandboxes = %v, %v", all, err)
 	}
-	if st, _ := all[0].Container("main"); st.State != StateExited || st.Reason != ReasonStartError {
-		t.Errorf("status seen by the next agent = %+v, want a start that never happened (StartError)", st)
+	if st, ok := all[0].Container("main"); ok {
+		t.Errorf("status seen by the next agent = %+v, want no attempt: its start never happened", st)
 	}
 }
 
@@ -876,5 +876,51 @@ func TestEndedAttemptIsNotStarted(t *testing.T) {
 	}
 	if err == nil || pid != 0 {
 		t.Fatalf("started an attempt recorded as ended: pid %d, error %v", pid, err)
+	}
+}
+
+// An attempt whose start never began (its agent killed before the sandbox
+// read the request) is not an attempt: the next agent removes it instead
+// of recording it as ended, so that the next start takes its number and is
+// not counted as a restart.
+func TestAttemptNeverStartedIsNoAttempt(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	dir := s.attemptDir("app", 0)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSONAtomic(filepath.Join(dir, configFile), shimConfig{Spec: ContainerSpec{Name: "app", Args: []string{"/bin/true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.watch(e.ctx, "app", 0)
+	if exists(dir) {
+		t.Error("the attempt that never started is kept")
+	}
+	if st, ok := s.Container("app"); ok {
+		t.Errorf("the container has attempt %d (%s), want none", st.Attempt, st.State)
+	}
+}
+
+// A second request to start an attempt that runs (its agent killed while
+// it asked, and the next one asking again) answers the running attempt's
+// process instead of starting another.
+func TestStartedAttemptIsNotStartedAgain(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	cfg := shimConfig{Spec: ContainerSpec{Name: "app", Args: []string{"/bin/true"}}, LogPath: filepath.Join(dir, "app.log")}
+	if err := writeJSONAtomic(filepath.Join(dir, configFile), cfg); err != nil {
+		t.Fatal(err)
+	}
+	const running = 4242
+	if err := writeJSONAtomic(filepath.Join(dir, stateFile), startRecord{PID: running, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	pid, ended, err := startAttempt(dir, newReaper(), false)
+	if ended != nil {
+		<-ended
+	}
+	if err != nil || pid != running {
+		t.Fatalf("start of a running attempt: pid %d, error %v; want the running %d", pid, err, running)
 	}
 }

@@ -299,6 +299,16 @@ func (s *Sandbox) watch(ctx context.Context, name string, attempt int) {
 		}
 		defer unlock()
 		if c, err = s.follow(ctx, name, attempt); err != nil {
+			if !exists(filepath.Join(dir, stateFile)) {
+				// Its start never began (an agent killed with the request
+				// unsent, or unread): nothing started, so the attempt is
+				// not one, and its number is the next start's, not a
+				// restart. A request still queued finds no attempt.
+				if rerr := os.RemoveAll(dir); rerr != nil {
+					klog.FromContext(ctx).Error(rerr, "Removing the container directory of an attempt that never started failed", "container", name, "attempt", attempt)
+				}
+				return
+			}
 			s.finalize(name, attempt)
 			return
 		}

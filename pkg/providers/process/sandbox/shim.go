@@ -73,6 +73,13 @@ func startAttempt(dir string, r *reaper, ownNS bool) (pid int, ended <-chan stru
 	if exists(filepath.Join(dir, exitFile)) {
 		return 0, nil, fmt.Errorf("attempt %s was recorded as ended before it started", dir)
 	}
+	var prior startRecord
+	if readJSON(filepath.Join(dir, stateFile), &prior) == nil && prior.PID > 0 {
+		// Started already, at an earlier request for the same start (an
+		// agent killed while it asked, and the next one asking again):
+		// the attempt runs once.
+		return prior.PID, nil, nil
+	}
 	var l *net.UnixListener
 	var waitCh <-chan syscall.WaitStatus
 	err = readJSON(filepath.Join(dir, configFile), &s.cfg)
