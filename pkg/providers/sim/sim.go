@@ -661,7 +661,8 @@ func withOwnStatus(pod *corev1.Pod) *corev1.Pod {
 // SharesPods says that the provider changes no pod it is handed
 // (provider.PodSharer): the pod controller hands it the informer cache's
 // pods, and the newer object of each once the cache has one, so that a pod
-// it keeps costs its status alone.
+// it keeps costs a Pod struct of its own and its status, not a copy of the
+// whole pod.
 func (p *Provider) SharesPods() {}
 
 // GetPod returns the pod with a copy of its current status.

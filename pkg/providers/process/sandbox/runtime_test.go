@@ -924,3 +924,27 @@ func TestStartedAttemptIsNotStartedAgain(t *testing.T) {
 		t.Fatalf("start of a running attempt: pid %d, error %v; want the running %d", pid, err, running)
 	}
 }
+
+// A start that finds an earlier attempt still being started (its lock not
+// had before the start gave up waiting) starts nothing beside it.
+func TestNoStartBesideAnAttemptBeingStarted(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.sandbox()
+	dir := s.attemptDir("app", 0)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := lockAttempt(e.ctx, dir, time.Second) // the sandbox, starting it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := s.StartContainer(ctx, ContainerSpec{Name: "app", Attempt: 1, Args: []string{"sleep", "3600"}}); err == nil {
+		t.Error("a start beside an attempt being started succeeded")
+	}
+	if exists(s.attemptDir("app", 1)) {
+		t.Error("attempt 1 was made beside attempt 0, still being started")
+	}
+}

@@ -146,6 +146,10 @@ func (s *Sandbox) StartContainer(ctx context.Context, spec ContainerSpec) error 
 			return nil
 		case running:
 			return fmt.Errorf("container %s: attempt %d is still running", spec.Name, a)
+		case exists(s.attemptDir(spec.Name, a)) && !exitRecorded(s.attemptDir(spec.Name, a)):
+			// Neither followed, ended nor removed: the sandbox was still
+			// starting it when the wait for its lock ran out.
+			return fmt.Errorf("container %s: attempt %d is still being started", spec.Name, a)
 		}
 	}
 	if exists(s.attemptDir(spec.Name, spec.Attempt)) {
