@@ -182,7 +182,7 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 	case stepExit:
 		p.exitLocked(logger, st, at)
 	case stepRestart:
-		setRestarted(st.pod, at)
+		setRestarted(st.own(), at)
 		p.runLocked(st, at)
 		logger.V(4).Info("Simulated pod restarted its containers", "pod", klog.KObj(st.pod))
 	case stepTerminate:
@@ -196,13 +196,13 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 		logger.V(4).Info("Simulated pod terminated", "pod", klog.KObj(st.pod))
 		return // gone: nothing to notify twice
 	}
-	p.queueNotify(st.pod)
+	p.queueNotify(st)
 }
 
 // startLocked runs a pending pod at `at`. The caller holds the lock and
 // notifies.
 func (p *Provider) startLocked(st *simPod, at time.Time) {
-	setRunning(st.pod, at)
+	setRunning(st.own(), at)
 	p.runLocked(st, at)
 }
 
@@ -250,7 +250,7 @@ func (p *Provider) exitLocked(logger klog.Logger, st *simPod, at time.Time) {
 	if st.outcome == fail {
 		code = 1
 	}
-	exitContainers(st.pod, at, code)
+	exitContainers(st.own(), at, code)
 	restart := false
 	switch st.pod.Spec.RestartPolicy {
 	case corev1.RestartPolicyNever:
@@ -260,14 +260,14 @@ func (p *Provider) exitLocked(logger klog.Logger, st *simPod, at time.Time) {
 		restart = true
 	}
 	if !restart {
-		phase := setFinished(st.pod, at)
+		phase := setFinished(st.own(), at)
 		p.finishLocked(st)
 		logger.V(4).Info("Simulated pod finished", "pod", klog.KObj(st.pod), "phase", phase)
 		return
 	}
 	restarts := restartCount(st.pod)
 	d := backOff(restarts)
-	setBackOff(st.pod, at, d)
+	setBackOff(st.own(), at, d)
 	st.step, st.stepAt = stepRestart, at.Add(d)
 	logger.V(4).Info("Simulated pod's containers exited; back-off before restarting", "pod", klog.KObj(st.pod), "exitCode", code, "backOff", d)
 }
@@ -296,9 +296,9 @@ func (p *Provider) terminateLocked(st *simPod, at time.Time) {
 // holds the lock.
 func (p *Provider) notifyStoppedLocked(st *simPod, at time.Time) {
 	if !st.finished {
-		setFinished(st.pod, at)
+		setFinished(st.own(), at)
 	}
-	p.queueNotify(st.pod)
+	p.queueNotify(st)
 }
 
 // removeLocked removes the pod and releases what it held. The caller
@@ -335,8 +335,8 @@ func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 	st.gen++ // what was scheduled for the pod no longer happens
 	st.step = stepNone
 	forgetView(st)
+	s := &st.own().Status
 	setFinished(st.pod, now)
-	s := &st.pod.Status
 	s.Phase, s.Reason, s.Message = corev1.PodFailed, e.Reason, e.Message
 	t := metav1.NewTime(now)
 	podrules.SetConditions(s, podrules.SpecSidecars(st.pod), false, t) // not ready now as a failed pod
@@ -344,7 +344,7 @@ func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 		podrules.SetCondition(s, c.Type, c.Status, c.Reason, c.Message, t)
 	}
 	p.finishLocked(st)
-	p.queueNotify(st.pod)
+	p.queueNotify(st)
 	p.unlockAndNotify()
 	return nil
 }

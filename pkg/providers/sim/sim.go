@@ -370,6 +370,22 @@ type simPod struct {
 	// changed or none waits (see viewLocked).
 	view    *stage.Object
 	viewRaw []byte
+	// shared is set once pod.Status was handed out with a notification,
+	// its lists and pointers shared with the pod notified: it is copied
+	// before it is next changed in place (see own).
+	shared bool
+}
+
+// own returns the pod with a status of its own to change in place: the
+// status is copied first if a notification shares it. Every change of
+// st.pod.Status in place goes through it; a status replaced whole needs
+// none.
+func (st *simPod) own() *corev1.Pod {
+	if st.shared {
+		st.pod.Status = *st.pod.Status.DeepCopy()
+		st.shared = false
+	}
+	return st.pod
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -450,7 +466,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		outcome:      p.opts.outcomeOf(pod.UID),
 		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
 	}
-	setPending(st.pod, now, p.opts.Address, ip.String())
+	setPending(st.own(), now, p.opts.Address, ip.String())
 	p.pods[key(pod.Namespace, pod.Name)] = st
 	p.used.Add(st.req)
 	delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter)
@@ -463,7 +479,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		// Running in one notification, not Pending then Running.
 		p.startLocked(st, now)
 	}
-	p.queueNotify(st.pod)
+	p.queueNotify(st)
 	gen, pending := st.gen, st.step != stepNone
 	p.unlockAndNotify()
 
@@ -697,11 +713,17 @@ func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
 	p.notify = notify
 }
 
-// queueNotify queues a copy of pod for the notify function. The caller holds
-// the lock and then calls unlockAndNotify.
-func (p *Provider) queueNotify(pod *corev1.Pod) {
+// queueNotify queues the pod of st for the notify function: a Pod struct
+// of its own that shares the status's lists and pointers with st, which
+// copies them before it next changes them (own). Of each pod the provider
+// keeps, the status it last notified is thus held once, however long the
+// callee keeps it, instead of twice. The caller holds the lock and then
+// calls unlockAndNotify.
+func (p *Provider) queueNotify(st *simPod) {
 	if p.notify != nil {
-		p.outbox = append(p.outbox, withOwnStatus(pod))
+		pod := st.pod
+		p.outbox = append(p.outbox, &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status})
+		st.shared = true
 	}
 }
 

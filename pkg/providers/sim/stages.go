@@ -204,7 +204,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 		if podrules.IsFinal(st.pod.Status.Phase) && !st.finished {
 			p.finishLocked(st)
 		}
-		p.queueNotify(st.pod)
+		p.queueNotify(st)
 	}
 	if !changed {
 		forgetView(st)

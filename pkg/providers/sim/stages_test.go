@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -701,6 +702,67 @@ func TestPodsHandedOverAreNeverChanged(t *testing.T) {
 			for i := range handed {
 				if diff := cmp.Diff(before[i], handed[i]); diff != "" {
 					t.Errorf("pod %d handed over (%s) was changed (-before +after):\n%s", i, handed[i].Name, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestNotifiedPodsNeverChange: the provider shares a notified pod's status
+// with the status it keeps (queueNotify), so every later change must leave
+// what was notified as it was, through every step of a pod's life: start,
+// exit, back-off, restart, finish, eviction, deletion, and the stages.
+func TestNotifiedPodsNeverChange(t *testing.T) {
+	for _, set := range []string{"", "pod/fast", "pod/general"} {
+		t.Run(set, func(t *testing.T) {
+			ctx := context.Background()
+			p, clk, _ := newTest(t, func(o *Options) {
+				if set != "" {
+					o.Stages = kwokSet(t, set)
+					o.Events = &fakeAPI{}
+					return
+				}
+				o.StartDelay, o.RunDuration = time.Second, 2*time.Second
+				o.CompleteRatio, o.FailRatio = 0.4, 0.4
+			})
+			var mu sync.Mutex
+			var notified, before []*corev1.Pod
+			p.NotifyPods(ctx, func(pod *corev1.Pod) {
+				mu.Lock()
+				defer mu.Unlock()
+				notified, before = append(notified, pod), append(before, pod.DeepCopy())
+			})
+			var pods []*corev1.Pod
+			for i := range 8 {
+				pod := policyPod(fmt.Sprintf("p-%d", i), []corev1.RestartPolicy{corev1.RestartPolicyAlways, corev1.RestartPolicyOnFailure, corev1.RestartPolicyNever}[i%3])
+				pods = append(pods, pod)
+				if err := p.CreatePod(ctx, pod); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 30 {
+				advance(p, clk, time.Second)
+			}
+			if err := p.Evict(pods[0], provider.Eviction{Reason: "Evicted", Message: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, pod := range pods {
+				if err := p.DeletePod(ctx, deleting(pod, clk.Now(), 1)); err != nil {
+					t.Fatal(err)
+				}
+				advance(p, clk, time.Second)
+			}
+			for range 40 {
+				advance(p, clk, time.Second)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(notified) < 2*len(pods) {
+				t.Fatalf("%d notifications for %d pods; the test did not drive their lives", len(notified), len(pods))
+			}
+			for i := range notified {
+				if diff := cmp.Diff(before[i], notified[i]); diff != "" {
+					t.Errorf("pod %s, notification %d, was changed after it was notified (-notified +now):\n%s", notified[i].Name, i, diff)
 				}
 			}
 		})
