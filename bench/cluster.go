@@ -334,12 +334,17 @@ func (c *cluster) deletePod(ctx context.Context, name string) error {
 }
 
 // deletePods deletes the m pods gracefully and waits until all are gone.
-func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
+// It returns how long after the last delete the last pod went, and how
+// long the whole phase took, from the first delete: the agent's writes
+// compete with the bench's deletes, so an agent that slows them ends the
+// phase later even when it keeps up with them.
+func (c *cluster) deletePods(ctx context.Context, m int) (afterLast, phase float64, err error) {
 	if m == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
+	start := time.Now()
 	var last latest
-	err := parallel(m, 64, func(i int) error {
+	err = parallel(m, 64, func(i int) error {
 		if err := c.deletePod(ctx, benchPodName(i)); err != nil {
 			return err
 		}
@@ -347,16 +352,16 @@ func (c *cluster) deletePods(ctx context.Context, m int) (float64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("delete pods: %w", err)
+		return 0, 0, fmt.Errorf("delete pods: %w", err)
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	for c.podCount.Load() > 0 {
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%d pods left 10 minutes after deletion", c.podCount.Load())
+			return 0, 0, fmt.Errorf("%d pods left 10 minutes after deletion", c.podCount.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return time.Since(last.t).Seconds(), nil
+	return time.Since(last.t).Seconds(), time.Since(start).Seconds(), nil
 }
 
 // steady counts mutating API requests and lease lapses over d.

@@ -88,13 +88,15 @@ type result struct {
 	PodRunningP99       float64      `json:"podCreateToRunningP99Seconds"`
 	LastCreateToRunning float64      `json:"lastCreateToAllRunningSeconds"`
 	LastDeleteToGone    float64      `json:"lastDeleteToAllGoneSeconds"`
-	AgentCPUSeconds     float64      `json:"agentCPUSeconds"`
-	AgentPeakRSSMiB     float64      `json:"agentPeakRSSMiB"`
-	WritesPerNodeMinute float64      `json:"steadyAPIWritesPerNodePerMinute"`
-	LeaseLapses         int          `json:"steadyLeaseLapses"`
-	SteadySeconds       float64      `json:"steadySeconds"`
-	APIServerCPUSeconds float64      `json:"apiserverCPUSeconds"`
-	APIServerCPUShare   float64      `json:"apiserverSteadyCPUShareOfOneCore"`
+	// DeletePhase is from the bench's first delete to all pods gone.
+	DeletePhase         float64 `json:"firstDeleteToAllGoneSeconds,omitempty"`
+	AgentCPUSeconds     float64 `json:"agentCPUSeconds"`
+	AgentPeakRSSMiB     float64 `json:"agentPeakRSSMiB"`
+	WritesPerNodeMinute float64 `json:"steadyAPIWritesPerNodePerMinute"`
+	LeaseLapses         int     `json:"steadyLeaseLapses"`
+	SteadySeconds       float64 `json:"steadySeconds"`
+	APIServerCPUSeconds float64 `json:"apiserverCPUSeconds"`
+	APIServerCPUShare   float64 `json:"apiserverSteadyCPUShareOfOneCore"`
 
 	// The pod phase, from the first create to all Running: who used the
 	// CPU, and how fast and how long the apiserver took pod writes.
@@ -555,7 +557,7 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 	if err := kinds.start(ctx); err != nil {
 		return r, err
 	}
-	if r.LastDeleteToGone, err = cl.deletePods(ctx, o.pods); err != nil {
+	if r.LastDeleteToGone, r.DeletePhase, err = cl.deletePods(ctx, o.pods); err != nil {
 		return r, err
 	}
 	if err := kinds.end(ctx, agent, "delete", "per pod deleted", float64(o.pods)); err != nil {
@@ -566,8 +568,8 @@ func measure(ctx context.Context, o options, agent string) (result, error) {
 		return r, err
 	}
 	r.DeleteStatusWritesPerPod, r.DeleteDeletesPerPod, r.DeleteNotFoundPerPod = deletionRequests(requests0, requests1, o.pods)
-	logf("%s: all pods gone %.3fs after the last delete; per pod %.3f status writes, %.3f deletes (%.3f answered 404)", agent,
-		r.LastDeleteToGone, r.DeleteStatusWritesPerPod, r.DeleteDeletesPerPod, r.DeleteNotFoundPerPod)
+	logf("%s: all pods gone %.3fs after the last delete, %.3fs after the first; per pod %.3f status writes, %.3f deletes (%.3f answered 404)", agent,
+		r.LastDeleteToGone, r.DeletePhase, r.DeleteStatusWritesPerPod, r.DeleteDeletesPerPod, r.DeleteNotFoundPerPod)
 
 	logf("%s: steady state for %s", agent, o.steady)
 	apiCPU0 = cp.apiserverCPU()

@@ -30,6 +30,7 @@ func printTable(w *os.File, results []result) {
 		{"pod create→Running p99 (s)", func(r result) float64 { return r.PodRunningP99 }, "%.3f"},
 		{"last create→all Running (s)", func(r result) float64 { return r.LastCreateToRunning }, "%.3f"},
 		{"last delete→all gone (s)", func(r result) float64 { return r.LastDeleteToGone }, "%.3f"},
+		{"first delete→all gone (s)", func(r result) float64 { return r.DeletePhase }, "%.3f"},
 		{"agent CPU (s)", func(r result) float64 { return r.AgentCPUSeconds }, "%.1f"},
 		{"agent peak RSS (MiB)", func(r result) float64 { return r.AgentPeakRSSMiB }, "%.0f"},
 		{"sampled peak RSS (MiB)", memoryFigure(func(m memSplit) float64 { return m.RSSMiB }), "%.0f"},
