@@ -58,9 +58,11 @@ type PodLifecycleHandler interface {
 }
 
 // PodNotifier is implemented by providers that push pod status changes. The
-// callback must be called with the pod (and its status, shared as GetPod's)
-// whenever the status changes, and once more when a deleted pod has
-// terminated; it never blocks.
+// callback must be called with the pod whenever its status changes, and once
+// more when a deleted pod has terminated; it never blocks. The pod it is
+// given, status included, may be shared with the provider and is not to be
+// changed: the provider copies what it would change of it afterwards, so
+// that the callback may keep it without a copy.
 // Providers without it are polled.
 type PodNotifier interface {
 	NotifyPods(ctx context.Context, notify func(*corev1.Pod))

@@ -92,7 +92,7 @@ func (p *Provider) containerRunning(namespace, name, container string) bool {
 	if !ok {
 		return false
 	}
-	s := &st.pod.Status
+	s := &st.status
 	for _, list := range [][]corev1.ContainerStatus{s.ContainerStatuses, s.InitContainerStatuses, s.EphemeralContainerStatuses} {
 		for i := range list {
 			if list[i].Name == container {

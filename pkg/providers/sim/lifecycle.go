@@ -161,7 +161,7 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 	st.step = stepNone
 	switch s {
 	case stepStart:
-		if st.pod.Status.Phase != corev1.PodPending {
+		if st.status.Phase != corev1.PodPending {
 			return
 		}
 		if !p.volumesAttachedLocked(logger, st) {
@@ -182,7 +182,7 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 	case stepExit:
 		p.exitLocked(logger, st, at)
 	case stepRestart:
-		setRestarted(st.own(), at)
+		setRestarted(st.pod, st.own(), at)
 		p.runLocked(st, at)
 		logger.V(4).Info("Simulated pod restarted its containers", "pod", klog.KObj(st.pod))
 	case stepTerminate:
@@ -202,7 +202,7 @@ func (p *Provider) stepLocked(logger klog.Logger, st *simPod) {
 // startLocked runs a pending pod at `at`. The caller holds the lock and
 // notifies.
 func (p *Provider) startLocked(st *simPod, at time.Time) {
-	setRunning(st.own(), at)
+	setRunning(st.pod, st.own(), at)
 	p.runLocked(st, at)
 }
 
@@ -220,7 +220,7 @@ func (p *Provider) runLocked(st *simPod, at time.Time) {
 // status: the restart of containers in CrashLoopBackOff, or the end of the
 // current run.
 func (p *Provider) resumeLocked(st *simPod, now time.Time) {
-	s := &st.pod.Status
+	s := &st.status
 	for i := range s.ContainerStatuses {
 		cs := &s.ContainerStatuses[i]
 		if w := cs.State.Waiting; w == nil || w.Reason != reasonBackOff {
@@ -260,14 +260,14 @@ func (p *Provider) exitLocked(logger klog.Logger, st *simPod, at time.Time) {
 		restart = true
 	}
 	if !restart {
-		phase := setFinished(st.own(), at)
+		phase := setFinished(st.pod, st.own(), at)
 		p.finishLocked(st)
 		logger.V(4).Info("Simulated pod finished", "pod", klog.KObj(st.pod), "phase", phase)
 		return
 	}
-	restarts := restartCount(st.pod)
+	restarts := restartCount(&st.status)
 	d := backOff(restarts)
-	setBackOff(st.own(), at, d)
+	setBackOff(st.pod, st.own(), at, d)
 	st.step, st.stepAt = stepRestart, at.Add(d)
 	logger.V(4).Info("Simulated pod's containers exited; back-off before restarting", "pod", klog.KObj(st.pod), "exitCode", code, "backOff", d)
 }
@@ -296,7 +296,7 @@ func (p *Provider) terminateLocked(st *simPod, at time.Time) {
 // holds the lock.
 func (p *Provider) notifyStoppedLocked(st *simPod, at time.Time) {
 	if !st.finished {
-		setFinished(st.own(), at)
+		setFinished(st.pod, st.own(), at)
 	}
 	p.queueNotify(st)
 }
@@ -335,8 +335,8 @@ func (p *Provider) Evict(pod *corev1.Pod, e provider.Eviction) error {
 	st.gen++ // what was scheduled for the pod no longer happens
 	st.step = stepNone
 	forgetView(st)
-	s := &st.own().Status
-	setFinished(st.pod, now)
+	s := st.own()
+	setFinished(st.pod, s, now)
 	s.Phase, s.Reason, s.Message = corev1.PodFailed, e.Reason, e.Message
 	t := metav1.NewTime(now)
 	podrules.SetConditions(s, podrules.SpecSidecars(st.pod), false, t) // not ready now as a failed pod

@@ -327,7 +327,14 @@ type Provider struct {
 
 // simPod is the whole state of one pod.
 type simPod struct {
-	pod     *corev1.Pod       // the pod as given (see withOwnStatus), with its current status
+	// pod is the pod as given, for its metadata and spec; its status is
+	// not read. It is shared with the caller (SharesPods) and never
+	// changed in place: what the provider changes of its metadata (a
+	// deletion, a stage's patch) replaces it with a Pod struct of its
+	// own.
+	pod *corev1.Pod
+	// status is the pod's current status, the provider's own.
+	status  corev1.PodStatus
 	req     podrules.Requests // what it was admitted with
 	ip      uint32            // allocator offset to release, 0 if none
 	outcome outcome
@@ -370,22 +377,39 @@ type simPod struct {
 	// changed or none waits (see viewLocked).
 	view    *stage.Object
 	viewRaw []byte
-	// shared is set once pod.Status was handed out with a notification,
-	// its lists and pointers shared with the pod notified: it is copied
+	// shared is set once status was handed out with a notification, its
+	// lists and pointers shared with the pod notified: it is copied
 	// before it is next changed in place (see own).
 	shared bool
 }
 
-// own returns the pod with a status of its own to change in place: the
-// status is copied first if a notification shares it. Every change of
-// st.pod.Status in place goes through it; a status replaced whole needs
-// none.
-func (st *simPod) own() *corev1.Pod {
+// own returns the pod's status to change in place, copied first if a
+// notification shares it. Every change of st.status in place goes through
+// it; a status replaced whole needs none.
+func (st *simPod) own() *corev1.PodStatus {
 	if st.shared {
-		st.pod.Status = *st.pod.Status.DeepCopy()
+		st.status = *st.status.DeepCopy()
 		st.shared = false
 	}
-	return st.pod
+	return &st.status
+}
+
+// current is the pod with its current status: a Pod struct of its own,
+// whose status shares its lists and pointers with st's. It is for reading
+// under the lock; what leaves the provider is copied (copyOut) or marks
+// the status shared (queueNotify).
+func (st *simPod) current() *corev1.Pod {
+	return &corev1.Pod{TypeMeta: st.pod.TypeMeta, ObjectMeta: st.pod.ObjectMeta, Spec: st.pod.Spec, Status: st.status}
+}
+
+// copyOut is the pod with a copy of its current status, for a caller
+// outside the provider. The metadata and spec are shared, not copied: the
+// pods the provider is given are never changed in place (SharesPods), so
+// neither the provider nor the callers of GetPod and GetPods change them.
+func (st *simPod) copyOut() *corev1.Pod {
+	pod := st.current()
+	pod.Status = *st.status.DeepCopy()
+	return pod
 }
 
 // New returns the provider of one simulated node. It does no I/O.
@@ -453,20 +477,20 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if len(p.podStages()) > 0 {
 		// The pod as the API has it; the stages give it its status.
-		st := &simPod{pod: withOwnStatus(pod), req: req, ip: off, podIP: ip.String(), staged: true}
-		if st.pod.Status.Phase == "" {
-			st.pod.Status.Phase = corev1.PodPending // as the API server creates it
+		st := &simPod{pod: pod, status: *pod.Status.DeepCopy(), req: req, ip: off, podIP: ip.String(), staged: true}
+		if st.status.Phase == "" {
+			st.status.Phase = corev1.PodPending // as the API server creates it
 		}
 		return p.startStagedLocked(ctx, st, now)
 	}
 	st := &simPod{
-		pod:          withOwnStatus(pod),
+		pod:          pod,
 		req:          req,
 		ip:           off,
 		outcome:      p.opts.outcomeOf(pod.UID),
 		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
 	}
-	setPending(st.own(), now, p.opts.Address, ip.String())
+	setPending(st.pod, st.own(), now, p.opts.Address, ip.String())
 	p.pods[key(pod.Namespace, pod.Name)] = st
 	p.used.Add(st.req)
 	delay := p.opts.StartDelay + p.jitterLocked(p.opts.StartJitter)
@@ -515,12 +539,13 @@ func (p *Provider) RestorePod(ctx context.Context, pod *corev1.Pod) error {
 		return sameUID(st, pod)
 	}
 	st := &simPod{
-		pod:          withOwnStatus(pod),
+		pod:          pod,
+		status:       *pod.Status.DeepCopy(),
 		req:          podrules.PodRequests(pod),
 		outcome:      p.opts.outcomeOf(pod.UID),
 		deleteJitter: p.jitterLocked(p.opts.DeleteJitter),
 	}
-	s := &st.pod.Status
+	s := &st.status
 	if s.PodIP != "" {
 		if st.ip = p.ips.reserve(s.PodIP); st.ip == 0 {
 			klog.FromContext(ctx).V(2).Info("Restored pod IP is outside the pod CIDR or taken; keeping it unreserved", "pod", klog.KObj(pod), "podIP", s.PodIP)
@@ -598,7 +623,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("update: %w", err)
 	}
 	old := st.pod
-	st.pod = &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: st.pod.Status}
+	st.pod = pod
 	forgetView(st)
 	logger := klog.FromContext(ctx)
 	logger.V(4).Info("Updated simulated pod", "pod", klog.KObj(pod))
@@ -627,10 +652,14 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	if pod.DeletionTimestamp != nil {
-		st.pod.DeletionTimestamp = pod.DeletionTimestamp.DeepCopy()
+		// A Pod struct of the provider's own: the one it was given is
+		// shared.
+		deleted := *st.pod
+		deleted.DeletionTimestamp = pod.DeletionTimestamp.DeepCopy()
 		if pod.DeletionGracePeriodSeconds != nil {
-			st.pod.DeletionGracePeriodSeconds = ptr(*pod.DeletionGracePeriodSeconds)
+			deleted.DeletionGracePeriodSeconds = ptr(*pod.DeletionGracePeriodSeconds)
 		}
+		st.pod = &deleted
 	}
 	if st.staged {
 		return p.deleteStagedLocked(logger, st, pod, now)
@@ -664,21 +693,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// withOwnStatus is pod with a copy of its status. The metadata and spec
-// are shared, not copied: the pods the provider is given are never changed
-// in place (SharesPods), so neither the provider, which keeps a pod's and
-// replaces only whole fields of its metadata, nor the callers of GetPod,
-// GetPods and the notify function, which get them, change them. A pod the
-// provider keeps thus costs its status, not a copy of the whole pod.
-func withOwnStatus(pod *corev1.Pod) *corev1.Pod {
-	return &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: *pod.Status.DeepCopy()}
-}
-
 // SharesPods says that the provider changes no pod it is handed
 // (provider.PodSharer): the pod controller hands it the informer cache's
 // pods, and the newer object of each once the cache has one, so that a pod
-// it keeps costs a Pod struct of its own and its status, not a copy of the
-// whole pod.
+// it keeps costs its status and its simPod, not a copy of the pod.
 func (p *Provider) SharesPods() {}
 
 // GetPod returns the pod with a copy of its current status.
@@ -689,7 +707,7 @@ func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Po
 	if !ok {
 		return nil, fmt.Errorf("%s/%s: %w", namespace, name, provider.ErrNotFound)
 	}
-	return withOwnStatus(st.pod), nil
+	return st.copyOut(), nil
 }
 
 // GetPods returns every pod with a copy of its status, terminating ones
@@ -699,7 +717,7 @@ func (p *Provider) GetPods(_ context.Context) ([]*corev1.Pod, error) {
 	defer p.mu.Unlock()
 	out := make([]*corev1.Pod, 0, len(p.pods))
 	for _, st := range p.pods {
-		out = append(out, withOwnStatus(st.pod))
+		out = append(out, st.copyOut())
 	}
 	return out, nil
 }
@@ -721,8 +739,7 @@ func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
 // calls unlockAndNotify.
 func (p *Provider) queueNotify(st *simPod) {
 	if p.notify != nil {
-		pod := st.pod
-		p.outbox = append(p.outbox, &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta, Spec: pod.Spec, Status: pod.Status})
+		p.outbox = append(p.outbox, st.current())
 		st.shared = true
 	}
 }

@@ -174,16 +174,16 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 			}
 			raw = out
 			if a.Patch.Subresource == "status" {
-				if !equality.Semantic.DeepEqual(st.pod.Status, next.Status) {
-					st.pod.Status = next.Status
+				if !equality.Semantic.DeepEqual(st.status, next.Status) {
+					st.status = next.Status
 					statusChanged, changed = true, true
 				}
 				continue
 			}
 			if !equality.Semantic.DeepEqual(st.pod.ObjectMeta, next.ObjectMeta) {
-				// A new pod value: metadata is shared with the callers of
-				// GetPod (see withOwnStatus), never changed in place.
-				st.pod = &corev1.Pod{TypeMeta: st.pod.TypeMeta, ObjectMeta: next.ObjectMeta, Spec: st.pod.Spec, Status: st.pod.Status}
+				// A new pod value: the one held is shared with whoever
+				// gave it and the callers of GetPod, never changed in place.
+				st.pod = &corev1.Pod{TypeMeta: st.pod.TypeMeta, ObjectMeta: next.ObjectMeta, Spec: st.pod.Spec}
 				changed = true
 			}
 			if api := p.opts.API; api != nil {
@@ -199,9 +199,9 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 		}
 	}
 	p.runEffects(logger, effects)
-	logger.V(4).Info("Simulated pod played a stage", "phase", st.pod.Status.Phase)
+	logger.V(4).Info("Simulated pod played a stage", "phase", st.status.Phase)
 	if statusChanged {
-		if podrules.IsFinal(st.pod.Status.Phase) && !st.finished {
+		if podrules.IsFinal(st.status.Phase) && !st.finished {
 			p.finishLocked(st)
 		}
 		p.queueNotify(st)
@@ -235,7 +235,7 @@ func (p *Provider) playLocked(logger klog.Logger, st *simPod, at time.Time) {
 // (whoever changes st.pod of a staged pod clears st.view).
 func viewLocked(st *simPod) (*stage.Object, []byte, error) {
 	if st.view == nil {
-		raw, err := json.Marshal(st.pod)
+		raw, err := json.Marshal(st.current())
 		if err != nil {
 			return nil, nil, err
 		}

@@ -20,10 +20,12 @@ import (
 // podConditions is how many conditions the provider sets on a pod.
 const podConditions = 5
 
+// The functions below change a pod's status, s, in place; pod, whose spec
+// they follow, is only read.
+
 // setPending gives a newly accepted pod its first status.
-func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
+func setPending(pod *corev1.Pod, s *corev1.PodStatus, now time.Time, hostIP, podIP string) {
 	t := metav1.NewTime(now)
-	s := &pod.Status
 	s.Reason, s.Message = "", ""
 	s.HostIP = hostIP
 	s.HostIPs = nil
@@ -47,18 +49,17 @@ func setPending(pod *corev1.Pod, now time.Time, hostIP, podIP string) {
 	s.EphemeralContainerStatuses = nil
 
 	s.Conditions = slices.Grow(s.Conditions, max(0, podConditions-len(s.Conditions)))
-	setPhase(pod, t, false, false)
+	setPhase(pod, s, t, false, false)
 }
 
 // setRunning starts every container at now: init containers have completed
 // (sidecars keep running), the others run and are ready. Restart counts
 // already reported are kept.
-func setRunning(pod *corev1.Pod, now time.Time) {
+func setRunning(pod *corev1.Pod, s *corev1.PodStatus, now time.Time) {
 	t := metav1.NewTime(now)
-	s := &pod.Status
 	s.InitContainerStatuses = runningStatuses(pod, pod.Spec.InitContainers, s.InitContainerStatuses, t, true)
 	s.ContainerStatuses = runningStatuses(pod, pod.Spec.Containers, s.ContainerStatuses, t, false)
-	setPhase(pod, t, true, false)
+	setPhase(pod, s, t, true, false)
 }
 
 // setFinished ends the pod at now: containers still running stop with exit
@@ -69,9 +70,8 @@ func setRunning(pod *corev1.Pod, now time.Time) {
 // never was); containers that already terminated stay as they were. The
 // pod has Succeeded if every container ended with exit code 0, else
 // Failed; the phase is returned.
-func setFinished(pod *corev1.Pod, now time.Time) corev1.PodPhase {
+func setFinished(pod *corev1.Pod, s *corev1.PodStatus, now time.Time) corev1.PodPhase {
 	t := metav1.NewTime(now)
-	s := &pod.Status
 	sidecar := podrules.SpecSidecars(pod)
 	for i := range s.InitContainerStatuses {
 		cs := &s.InitContainerStatuses[i]
@@ -85,7 +85,7 @@ func setFinished(pod *corev1.Pod, now time.Time) corev1.PodPhase {
 	for i := range s.ContainerStatuses {
 		stopContainer(&s.ContainerStatuses[i], t)
 	}
-	setPhase(pod, t, false, true)
+	setPhase(pod, s, t, false, true)
 	return s.Phase
 }
 
@@ -111,10 +111,10 @@ func stopContainer(cs *corev1.ContainerStatus, t metav1.Time) {
 // containers' states, by the kubelet's rules (podrules): sandbox, its
 // containers can run; stopped, all of it was stopped. A condition that
 // keeps its status keeps its transition time.
-func setPhase(pod *corev1.Pod, t metav1.Time, sandbox, stopped bool) {
+func setPhase(pod *corev1.Pod, s *corev1.PodStatus, t metav1.Time, sandbox, stopped bool) {
 	sidecar := podrules.SpecSidecars(pod)
-	pod.Status.Phase = podrules.Phase(&pod.Status, sidecar, stopped)
-	podrules.SetConditions(&pod.Status, sidecar, sandbox, t)
+	s.Phase = podrules.Phase(s, sidecar, stopped)
+	podrules.SetConditions(s, sidecar, sandbox, t)
 }
 
 // terminated is the state of a container that exited with code.
@@ -130,10 +130,10 @@ func terminated(code int32, started, finished metav1.Time, containerID string) *
 
 // exitContainers ends the run of every running (non-init) container at
 // now with exit code code.
-func exitContainers(pod *corev1.Pod, now time.Time, code int32) {
+func exitContainers(s *corev1.PodStatus, now time.Time, code int32) {
 	t := metav1.NewTime(now)
-	for i := range pod.Status.ContainerStatuses {
-		cs := &pod.Status.ContainerStatuses[i]
+	for i := range s.ContainerStatuses {
+		cs := &s.ContainerStatuses[i]
 		if cs.State.Running == nil {
 			continue
 		}
@@ -150,9 +150,8 @@ const reasonBackOff = "CrashLoopBackOff"
 // setBackOff moves the containers that exited at now to Waiting
 // CrashLoopBackOff for d, their exit kept as their last termination state;
 // the pod stays Running but is not ready.
-func setBackOff(pod *corev1.Pod, now time.Time, d time.Duration) {
+func setBackOff(pod *corev1.Pod, s *corev1.PodStatus, now time.Time, d time.Duration) {
 	t := metav1.NewTime(now)
-	s := &pod.Status
 	for i := range s.ContainerStatuses {
 		cs := &s.ContainerStatuses[i]
 		if cs.State.Terminated == nil {
@@ -164,15 +163,14 @@ func setBackOff(pod *corev1.Pod, now time.Time, d time.Duration) {
 			Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", d, cs.Name, pod.Name, pod.Namespace, pod.UID),
 		}}
 	}
-	setPhase(pod, t, true, false)
+	setPhase(pod, s, t, true, false)
 }
 
 // setRestarted runs again, from now, the containers waiting in
 // CrashLoopBackOff: each has one restart more and keeps its last
 // termination state.
-func setRestarted(pod *corev1.Pod, now time.Time) {
+func setRestarted(pod *corev1.Pod, s *corev1.PodStatus, now time.Time) {
 	t := metav1.NewTime(now)
-	s := &pod.Status
 	for i := range s.ContainerStatuses {
 		cs := &s.ContainerStatuses[i]
 		if w := cs.State.Waiting; w == nil || w.Reason != reasonBackOff {
@@ -183,14 +181,14 @@ func setRestarted(pod *corev1.Pod, now time.Time) {
 		cs.Ready = true
 		cs.Started = ptr(true)
 	}
-	setPhase(pod, t, true, false)
+	setPhase(pod, s, t, true, false)
 }
 
 // restartCount is the most restarts of any of the pod's (non-init)
-// containers.
-func restartCount(pod *corev1.Pod) int32 {
+// containers, by its status s.
+func restartCount(s *corev1.PodStatus) int32 {
 	var n int32
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range s.ContainerStatuses {
 		n = max(n, cs.RestartCount)
 	}
 	return n

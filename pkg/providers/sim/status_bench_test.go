@@ -25,13 +25,13 @@ func BenchmarkStatusLifecycle(b *testing.B) {
 	now := time.Unix(1_700_000_000, 0)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		pod.Status = corev1.PodStatus{}
-		setPending(pod, now, "10.0.0.1", "10.1.0.2")
-		setRunning(pod, now)
-		exitContainers(pod, now, 1)
-		setBackOff(pod, now, 10*time.Second)
-		setRestarted(pod, now)
-		setFinished(pod, now)
+		s := &corev1.PodStatus{}
+		setPending(pod, s, now, "10.0.0.1", "10.1.0.2")
+		setRunning(pod, s, now)
+		exitContainers(s, now, 1)
+		setBackOff(pod, s, now, 10*time.Second)
+		setRestarted(pod, s, now)
+		setFinished(pod, s, now)
 	}
 }
 
@@ -40,13 +40,14 @@ func BenchmarkStatusLifecycle(b *testing.B) {
 func BenchmarkStatusConditions(b *testing.B) {
 	pod := benchPod()
 	now := time.Unix(1_700_000_000, 0)
-	setPending(pod, now, "10.0.0.1", "10.1.0.2")
-	setRunning(pod, now)
+	s := &corev1.PodStatus{}
+	setPending(pod, s, now, "10.0.0.1", "10.1.0.2")
+	setRunning(pod, s, now)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		setRestarted(pod, now)
-		setFinished(pod, now)
-		setRunning(pod, now)
+		setRestarted(pod, s, now)
+		setFinished(pod, s, now)
+		setRunning(pod, s, now)
 	}
 }

@@ -174,12 +174,12 @@ func (p *Provider) nodeViewLocked() *corev1.Node {
 // node gives the node kwok's expressions see.
 func (p *Provider) podStatsLocked(ctx context.Context, st *simPod, now time.Time, node func() *corev1.Node) (statsv1alpha1.PodStats, bool) {
 	pod := st.pod
-	if pod.Status.Phase != corev1.PodRunning || st.finished {
+	if st.status.Phase != corev1.PodRunning || st.finished {
 		return statsv1alpha1.PodStats{}, false
 	}
 	u := &p.opts.Usage
 	running := map[string]metav1.Time{}
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range st.status.ContainerStatuses {
 		if cs.State.Running != nil {
 			running[cs.Name] = cs.State.Running.StartedAt
 		}
@@ -226,6 +226,7 @@ func (p *Provider) podStatsLocked(ctx context.Context, st *simPod, now time.Time
 	containers := make([]figures, len(pod.Spec.Containers))
 	var sum figures
 	overridden := false
+	var withStatus *corev1.Pod // the pod as kwok's expressions see it, made once one applies
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		if _, ok := running[c.Name]; !ok {
@@ -240,7 +241,10 @@ func (p *Provider) podStatsLocked(ctx context.Context, st *simPod, now time.Time
 		}
 		f := figures{cpu * share[0], mem * share[1]}
 		if u := rules.Usage(pod.Namespace, pod.Name, c.Name); u != nil {
-			data := simrules.UsageData{Node: node(), Pod: pod, Container: c}
+			if withStatus == nil {
+				withStatus = st.current()
+			}
+			data := simrules.UsageData{Node: node(), Pod: withStatus, Container: c}
 			for _, r := range []struct {
 				name  corev1.ResourceName
 				scale float64
@@ -267,8 +271,8 @@ func (p *Provider) podStatsLocked(ctx context.Context, st *simPod, now time.Time
 		CPU:    cpuStats(now, cpu, st.meters[0].advance(now, cpu)),
 		Memory: memoryStats(now, mem),
 	}
-	if pod.Status.StartTime != nil {
-		ps.StartTime = *pod.Status.StartTime
+	if st.status.StartTime != nil {
+		ps.StartTime = *st.status.StartTime
 	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
