@@ -81,16 +81,35 @@ func tunedKwokParallelism(n int) kwokParallelism {
 }
 
 // kwokConfiguration is kwok's configuration file setting p: one more
-// --config for kwok, beside its stages. The rest stays kwok's default, its
-// flags and the bench's flags for it.
-func kwokConfiguration(p kwokParallelism) []byte {
+// --config for kwok, beside its stages, for kwok of the given version.
+// Every other option is written out at kwok's default, as its
+// SetObjectDefaults_KwokConfiguration gives it: kwok v0.8.0 defaults a
+// KwokConfiguration only when no file is given (pkg/config's
+// GetKwokConfiguration; a file's is converted as read), so a file with
+// the parallelisms alone left tuned kwok with its debugging and profiling
+// handlers off, no pod CIDR, and no pager for its pods-on-node sync — not
+// kwok at its defaults with its parallelism raised. v0.7.0 defaults a
+// file's options, to the same values but its CIDR.
+func kwokConfiguration(version string, p kwokParallelism) []byte {
+	cidr := "10.0.0.0/24"
+	if version == "v0.7.0" {
+		cidr = "10.0.0.1/24"
+	}
 	return fmt.Appendf(nil, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
   nodeLeaseParallelism: %d
   nodePlayStageParallelism: %d
   podPlayStageParallelism: %d
-`, p.NodeLease, p.NodePlayStage, p.PodPlayStage)
+  cidr: %s
+  manageAllNodes: false
+  enableDebuggingHandlers: true
+  enableContentionProfiling: false
+  enableProfilingHandler: true
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+`, p.NodeLease, p.NodePlayStage, p.PodPlayStage, cidr)
 }
 
 // agentSetting is what an agent ran with, recorded beside its figures: a

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	kwokconfig "sigs.k8s.io/kwok/pkg/apis/config/v1alpha1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -57,30 +59,28 @@ func TestTunedKwokParallelism(t *testing.T) {
 }
 
 // TestKwokConfiguration reads the file the tuned kwok gets as kwok reads
-// it: a KwokConfiguration of config.kwok.x-k8s.io/v1alpha1 whose options
-// carry the three parallelisms under kwok's own names.
+// it: a KwokConfiguration of config.kwok.x-k8s.io/v1alpha1 with the three
+// parallelisms under kwok's own names, and every other option already at
+// kwok's default (kwok v0.8.0 does not default a file's options, so one
+// left out is not at its default).
 func TestKwokConfiguration(t *testing.T) {
-	var got struct {
-		APIVersion string `json:"apiVersion"`
-		Kind       string `json:"kind"`
-		Options    struct {
-			NodeLease     *uint `json:"nodeLeaseParallelism"`
-			NodePlayStage *uint `json:"nodePlayStageParallelism"`
-			PodPlayStage  *uint `json:"podPlayStageParallelism"`
-		} `json:"options"`
-	}
-	if err := yaml.UnmarshalStrict(kwokConfiguration(tunedKwokParallelism(1000)), &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.APIVersion != "config.kwok.x-k8s.io/v1alpha1" || got.Kind != "KwokConfiguration" {
-		t.Errorf("apiVersion %q, kind %q; want config.kwok.x-k8s.io/v1alpha1 KwokConfiguration", got.APIVersion, got.Kind)
-	}
-	o := got.Options
-	if o.NodeLease == nil || o.NodePlayStage == nil || o.PodPlayStage == nil {
-		t.Fatalf("options missing: %+v", o)
-	}
-	if *o.NodeLease != 250 || *o.NodePlayStage != 250 || *o.PodPlayStage != 64 {
-		t.Errorf("options = %d, %d, %d; want 250, 250, 64", *o.NodeLease, *o.NodePlayStage, *o.PodPlayStage)
+	for _, version := range []string{"v0.8.0", "v0.7.0"} {
+		var got kwokconfig.KwokConfiguration
+		if err := yaml.UnmarshalStrict(kwokConfiguration(version, tunedKwokParallelism(1000)), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.APIVersion != "config.kwok.x-k8s.io/v1alpha1" || got.Kind != "KwokConfiguration" {
+			t.Errorf("apiVersion %q, kind %q; want config.kwok.x-k8s.io/v1alpha1 KwokConfiguration", got.APIVersion, got.Kind)
+		}
+		o := got.Options
+		if o.NodeLeaseParallelism != 250 || o.NodePlayStageParallelism != 250 || o.PodPlayStageParallelism != 64 {
+			t.Errorf("%s: parallelisms = %d, %d, %d; want 250, 250, 64", version, o.NodeLeaseParallelism, o.NodePlayStageParallelism, o.PodPlayStageParallelism)
+		}
+		defaulted := got.DeepCopy()
+		kwokconfig.SetObjectDefaults_KwokConfiguration(defaulted)
+		if diff := cmp.Diff(defaulted, &got); diff != "" {
+			t.Errorf("%s: options left to kwok's defaulting, which v0.8.0 does not do for a file (-defaulted +written):\n%s", version, diff)
+		}
 	}
 }
 

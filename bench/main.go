@@ -475,7 +475,7 @@ func stagedAgentArgs(o options, cp *controlPlane, agent string) ([]string, error
 	var configPath string
 	if k.tuned {
 		configPath = filepath.Join(cp.dir, "kwok-configuration.yaml")
-		if err := os.WriteFile(configPath, kwokConfiguration(tunedKwokParallelism(o.nodes)), 0o644); err != nil {
+		if err := os.WriteFile(configPath, kwokConfiguration(version, tunedKwokParallelism(o.nodes)), 0o644); err != nil {
 			return nil, fmt.Errorf("kwok configuration: %w", err)
 		}
 	}
