@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/pkg/provider"
 )
@@ -350,6 +351,57 @@ func TestNoDeleteAfterADeleteWithNoGrace(t *testing.T) {
 		if a.GetVerb() == "delete" || a.GetVerb() == "patch" {
 			t.Errorf("request %s %s/%s, want none", a.GetVerb(), a.GetResource().Resource, a.GetSubresource())
 		}
+	}
+}
+
+// A delete cut short between the API server's two steps (the grace period
+// set to 0, then the removal), its client killed, leaves the pod in the API
+// with no grace for good: the controller, which does not delete such a pod
+// at once (the API removes it by itself), deletes it once it is still
+// there a while later.
+func TestPodLeftWithNoGraceIsDeletedAgain(t *testing.T) {
+	pod := testPod("a", "n", runningStatus)
+	now := metav1.Now()
+	var zero int64
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, &zero
+	client, c := newIdleController(t, newFakeProvider(), pod)
+	clk := clocktesting.NewFakeClock(now.Time)
+	c.opts.Clock = clk
+	deletes := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "delete" {
+				n++
+			}
+		}
+		return n
+	}
+	ctx := context.Background()
+	if err := c.sync(ctx, "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes(); n != 0 {
+		t.Fatalf("%d deletes at once, want none: the API removes a pod deleted with no grace by itself", n)
+	}
+	clk.Step(zeroGraceWait / 2)
+	if err := c.sync(ctx, "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes(); n != 0 {
+		t.Fatalf("%d deletes %s later, want none yet", n, zeroGraceWait/2)
+	}
+	clk.Step(zeroGraceWait)
+	if err := c.sync(ctx, "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes(); n != 1 {
+		t.Fatalf("%d deletes of a pod still there with no grace %s later, want 1", n, 3*zeroGraceWait/2)
+	}
+	if err := c.sync(ctx, "ns/p"); err != nil {
+		t.Fatal(err)
+	}
+	if n := deletes(); n != 1 {
+		t.Errorf("%d deletes after the next sync, want still 1", n)
 	}
 }
 

@@ -2,6 +2,7 @@ package pod
 
 import (
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +31,9 @@ type podRecord struct {
 	writtenRV string
 	stale     bool // the last write conflicted: the cache may be behind
 	deleted   bool // the final delete was sent
+	// zeroGraceSince is when the API's pod was first seen deleted with
+	// no grace and still there (finishDeletion).
+	zeroGraceSince time.Time
 }
 
 // echoes tells whether pod is the informer's echo of the write of the

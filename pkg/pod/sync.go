@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -235,10 +236,21 @@ func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *co
 	}
 	if g := pod.DeletionGracePeriodSeconds; g != nil && *g == 0 {
 		// Deleted with no grace already (by a kwok stage, or forced): the
-		// API removes it by itself, once no finalizer holds it. Another
-		// delete would only be answered 404.
-		rec.deleted = true
-		return nil
+		// API removes it by itself at once, unless a finalizer holds it,
+		// and another delete would only be answered 404. But the API
+		// server deletes in two steps, the grace period set to 0, then
+		// the removal; a delete cut short between them (its client
+		// killed, say) leaves the pod with no grace for good, until
+		// another delete removes it. A pod still there a while later is
+		// deleted again.
+		now := c.opts.Clock.Now()
+		if rec.zeroGraceSince.IsZero() {
+			rec.zeroGraceSince = now
+		}
+		if wait := zeroGraceWait - now.Sub(rec.zeroGraceSince); wait > 0 {
+			c.queue.AddAfter(key, wait)
+			return nil
+		}
 	}
 	var zero int64
 	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
@@ -257,6 +269,11 @@ func (c *Controller) finishDeletion(ctx context.Context, rec *podRecord, pod *co
 	klog.FromContext(ctx).V(2).Info("Pod terminated; deleted from the API")
 	return nil
 }
+
+// zeroGraceWait is how long a pod deleted with no grace may stay in the
+// API before the controller deletes it again (finishDeletion): far longer
+// than the API server takes between the two steps of one delete.
+const zeroGraceWait = 10 * time.Second
 
 // keyOf returns a pod's queue key.
 func keyOf(pod *corev1.Pod) string {
