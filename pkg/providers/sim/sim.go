@@ -485,6 +485,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	st := &simPod{
 		pod:          pod,
+		status:       *pod.Status.DeepCopy(), // what others wrote stays (setPending sets the rest)
 		req:          req,
 		ip:           off,
 		outcome:      p.opts.outcomeOf(pod.UID),

@@ -774,3 +774,23 @@ func TestConcurrent(t *testing.T) {
 		t.Error("no notifications")
 	}
 }
+
+// What others wrote in the pod's status before the provider got it (a
+// readiness gate's condition, the QoS class) stays in the status it
+// reports: its own fields are set over it, not over an empty status.
+func TestCreatedPodKeepsWhatOthersWrote(t *testing.T) {
+	p, _, _ := newTest(t, nil)
+	pod := testPod("web", "100m", "")
+	pod.Status.QOSClass = corev1.PodQOSBurstable
+	pod.Status.Conditions = []corev1.PodCondition{{Type: "example.com/gate", Status: corev1.ConditionTrue}}
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	got := mustGet(t, p, "web")
+	if got.Status.QOSClass != corev1.PodQOSBurstable || condition(got, "example.com/gate") != corev1.ConditionTrue {
+		t.Errorf("QoS class %q, gate %q; want what the API had kept: Burstable, True", got.Status.QOSClass, condition(got, "example.com/gate"))
+	}
+	if got.Status.Phase != corev1.PodRunning {
+		t.Errorf("phase %s, want Running", got.Status.Phase)
+	}
+}
